@@ -1,0 +1,33 @@
+// The Vulkan compute backend's entry points (what operators' forward_gpu and the system host
+// call). Built from the real implementation when ATTNOPS_WITH_VULKAN is on, else from a stub
+// that reports backend_unavailable.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "attnops/decision.h"
+#include "attnops/host.h"
+#include "attnops/metadata.h"
+#include "attnops/problem.h"
+#include "backends/common/block_map.h"
+
+namespace attnops::vulkan {
+
+enum class Kernel { vanilla, flash, blocksparse };
+
+// Whether the backend was compiled in.
+bool compiled_in();
+// Devices as the loader reports them, with `qualifies` set under these settings.
+std::vector<GpuDeviceInfo> list_devices(const GpuSettings& settings);
+// Whether some device qualifies (the one that would be used is named in detail).
+Availability availability(const GpuSettings& settings);
+// Whether the selected device can run this problem (size limits, head_dim, dtype).
+std::optional<Reason> check_inputs(Kernel kernel, const AttentionProblem& p, const GpuSettings& settings);
+// Runs one call. `map` is the block map (blocksparse / flash skip empty blocks), may be null for
+// vanilla. Throws Error(gpu_error) on runtime failure (nothing is left half-written in buffers
+// that the caller would use), Error(backend_unavailable) when no device qualifies.
+void run(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const GpuSettings& settings,
+         AttentionBuffers& buffers);
+
+}  // namespace attnops::vulkan

@@ -1,0 +1,106 @@
+#include "attnops/decision.h"
+
+#include <sstream>
+
+namespace attnops {
+
+std::string_view backend_name(Backend b) {
+  switch (b) {
+    case Backend::native: return "native";
+    case Backend::cpu: return "cpu";
+    case Backend::gpu: return "gpu";
+    case Backend::tpu: return "tpu";
+  }
+  return "?";
+}
+
+std::optional<Backend> parse_backend(std::string_view s) {
+  for (Backend b : {Backend::native, Backend::cpu, Backend::gpu, Backend::tpu})
+    if (backend_name(b) == s) return b;
+  return std::nullopt;
+}
+
+std::string_view reason_code_name(ReasonCode c) {
+  switch (c) {
+    case ReasonCode::decode: return "decode";
+    case ReasonCode::non_causal: return "non_causal";
+    case ReasonCode::seq_multiple: return "seq_multiple";
+    case ReasonCode::backend_unavailable: return "backend_unavailable";
+    case ReasonCode::not_implemented: return "not_implemented";
+    case ReasonCode::unsupported_feature: return "unsupported_feature";
+    case ReasonCode::unsupported_dtype: return "unsupported_dtype";
+    case ReasonCode::disabled_by_config: return "disabled_by_config";
+    case ReasonCode::gpu_error: return "gpu_error";
+    case ReasonCode::forced_native: return "forced_native";
+  }
+  return "?";
+}
+
+std::optional<ReasonCode> parse_reason_code(std::string_view s) {
+  for (int i = 0; i <= static_cast<int>(ReasonCode::forced_native); ++i) {
+    auto c = static_cast<ReasonCode>(i);
+    if (reason_code_name(c) == s) return c;
+  }
+  return std::nullopt;
+}
+
+bool DispatchDecision::has(ReasonCode c) const {
+  for (const auto& r : reasons)
+    if (r.code == c) return true;
+  return false;
+}
+
+namespace {
+void json_string(std::ostringstream& os, std::string_view s) {
+  os << '"';
+  for (unsigned char ch : s) {
+    switch (ch) {
+      case '"': os << "\\\""; break;
+      case '\\': os << "\\\\"; break;
+      case '\n': os << "\\n"; break;
+      case '\t': os << "\\t"; break;
+      case '\r': os << "\\r"; break;
+      default:
+        if (ch < 0x20) {
+          static const char* hex = "0123456789abcdef";
+          os << "\\u00" << hex[ch >> 4] << hex[ch & 15];
+        } else {
+          os << ch;
+        }
+    }
+  }
+  os << '"';
+}
+}  // namespace
+
+std::string DispatchDecision::to_json() const {
+  std::ostringstream os;
+  os << "{\"requested\": ";
+  json_string(os, requested);
+  os << ", \"operator\": ";
+  json_string(os, op);
+  os << ", \"backend\": ";
+  json_string(os, backend_name(backend));
+  os << ", \"reasons\": [";
+  for (std::size_t i = 0; i < reasons.size(); ++i) {
+    os << (i ? ", " : "") << "{\"code\": ";
+    json_string(os, reason_code_name(reasons[i].code));
+    os << ", \"detail\": ";
+    json_string(os, reasons[i].detail);
+    os << '}';
+  }
+  os << "]}";
+  return os.str();
+}
+
+std::string DispatchDecision::to_log_line() const {
+  std::ostringstream os;
+  os << "attnops,dispatch," << requested;
+  if (op != requested) os << "->" << op;
+  os << ',' << backend_name(backend) << ',';
+  for (std::size_t i = 0; i < reasons.size(); ++i)
+    os << (i ? ";" : "") << reason_code_name(reasons[i].code) << ':' << reasons[i].detail;
+  return os.str();
+}
+
+}  // namespace attnops

@@ -1,0 +1,54 @@
+// Host capabilities, behind an interface so that tests can inject a mock host (GoogleMock) and
+// prove routing without a GPU. The system host asks cpuid and the Vulkan loader.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnops/decision.h"
+#include "attnops/metadata.h"
+
+namespace attnops {
+
+struct CpuInfo {
+  bool avx2 = false, fma = false, f16c = false, avx512f = false, avx512bf16 = false;
+  int threads = 1;           // OpenMP's default thread count
+  std::string isa_summary;   // e.g. "avx512f avx512bf16 f16c avx2 fma"
+};
+
+// One Vulkan physical device as the loader reports it, with the limits attnops relies on.
+struct GpuDeviceInfo {
+  int index = 0;
+  std::string name;
+  std::string type;  // "discrete", "integrated", "virtual", "cpu" (software), "other"
+  std::string api_version;
+  bool software = false;  // VK_PHYSICAL_DEVICE_TYPE_CPU (lavapipe, llvmpipe)
+  bool qualifies = false; // usable by attnops under the current settings
+  std::string why_not;    // when !qualifies
+  std::uint32_t max_shared_memory = 0;
+  std::uint32_t max_workgroup_invocations = 0;
+  std::uint32_t subgroup_size = 0;
+  std::uint64_t max_storage_buffer_range = 0;
+  bool shader_f16 = false;
+};
+
+struct Availability {
+  bool available = false;
+  std::string detail;  // why not, or which device
+};
+
+class Host {
+ public:
+  virtual ~Host() = default;
+  virtual CpuInfo cpu() const = 0;
+  virtual std::vector<GpuDeviceInfo> gpu_devices(const GpuSettings& settings) const = 0;
+  // Whether `backend` can run on this host at all (not whether it supports given inputs).
+  virtual Availability availability(Backend backend, const GpuSettings& settings) const = 0;
+};
+
+// The real host (cpuid + Vulkan loader), shared process-wide; probes are cached.
+std::shared_ptr<const Host> system_host();
+
+}  // namespace attnops

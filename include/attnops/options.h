@@ -1,0 +1,42 @@
+// Per-call attention options (what model code passes on each call) and the AttentionOutput.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "attnops/decision.h"
+#include "attnops/mask.h"
+#include "attnops/tensor.h"
+
+namespace attnops {
+
+// Sliding window: query at absolute position p sees keys p - left <= j <= p + right.
+struct Window {
+  std::int64_t left = 0;
+  std::int64_t right = 0;
+};
+
+// Every member has a default initializer so that designated initializers such as
+// {.causal = true, .sliding_window = {{256, 0}}} compile warning-free under -Wextra.
+struct AttentionOptions {
+  bool causal = true;                        // bottom-right aligned (see mask.h)
+  std::optional<Window> sliding_window{};      // (left, right), both >= 0
+  std::optional<std::int64_t> chunk_size{};    // chunked causal, >= 1
+  std::optional<TensorView> segment_ids_q{};   // [B, Tq] i32 or i64
+  std::optional<TensorView> segment_ids_kv{};  // [B, Tk] i32 or i64
+  std::optional<TensorView> bias{};            // additive, [B|1, Hq|1, Tq, Tk], float dtypes
+  std::optional<double> logits_soft_cap{};     // s = cap * tanh(s / cap), cap > 0
+  std::optional<TensorView> softmax_aux{};     // sinks: one logit per q head, [Hq]
+  std::optional<Mask> mask{};                  // extra static mask, ANDed with the above
+  bool return_lse = false;                   // lse [B, Hq, Tq] f32 (natural log; -inf if empty)
+  bool return_weights = false;               // probabilities [B, Hq, Tq, Tk] f32; vanilla only
+};
+
+struct AttentionOutput {
+  Tensor attention_outputs;                 // [B, Tq, Hq, Dv], in the runtime dtype
+  std::optional<Tensor> lse;                // [B, Hq, Tq] f32 when return_lse
+  std::optional<Tensor> attention_weights;  // [B, Hq, Tq, Tk] f32 when return_weights
+  DispatchDecision decision;                // which operator and backend ran, and why
+};
+
+}  // namespace attnops

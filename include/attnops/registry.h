@@ -1,0 +1,94 @@
+// Registry of attention operators and the Attention handle that model code calls.
+//
+//   auto attn = attnops::registry().get("blocksparse");   // or an alias: "splash"
+//   attnops::AttentionOutput out = attn(q, k, v, {.causal = true});
+//   out.decision;   // which operator / backend ran and why
+//
+// Registration is an explicit list (register_builtin_operators), never static initialisers.
+// A Registry can be built for tests with an injected Host and injected operator factories.
+// All methods are thread-safe; an Attention handle is immutable and can be shared by threads.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnops/config.h"
+#include "attnops/host.h"
+#include "attnops/operation.h"
+#include "attnops/options.h"
+
+namespace attnops {
+
+using OperationFactory = std::function<std::shared_ptr<OperationImpl>(const OperationMetadata&)>;
+
+struct OperationEntry {
+  std::string name;                  // canonical
+  std::vector<std::string> aliases;
+  OperationMetadata defaults;        // the operator's own defaults (fallbacks, block sizes)
+  OperationFactory make;
+};
+
+class Registry;
+
+// A configured operator, ready to call. Holds the requested operator and the vanilla operator
+// its fallbacks hand calls to, both built with metadata from the config.
+class Attention {
+ public:
+  AttentionOutput operator()(const TensorView& q, const TensorView& k, const TensorView& v,
+                             const AttentionOptions& options = {}) const;
+  // The decision a call would get, without running it (the backend is the first candidate that
+  // passes every gate; a runtime gpu_error can still move a real call further down the list).
+  DispatchDecision plan(const TensorView& q, const TensorView& k, const TensorView& v,
+                        const AttentionOptions& options = {}) const;
+
+  const std::string& name() const { return requested_; }
+  const OperationImpl& op() const { return *op_; }
+  const OperationImpl& fallback() const { return *vanilla_; }
+
+ private:
+  friend class Registry;
+  std::string requested_;
+  std::shared_ptr<OperationImpl> op_;
+  std::shared_ptr<OperationImpl> vanilla_;
+  std::shared_ptr<const Host> host_;
+};
+
+class Registry {
+ public:
+  // host: capabilities to dispatch against; nullptr = system_host(). The registry starts
+  // empty; register_builtin_operators() adds vanilla, blocksparse and flash_attn2.
+  explicit Registry(std::shared_ptr<const Host> host = nullptr);
+
+  // Registers (or replaces, by canonical name) an operator. Aliases must not collide with
+  // another operator's names (Error invalid_argument).
+  void add(OperationEntry entry);
+  // Error(unknown_operator) listing the registered names for an unknown name; Error(config_error)
+  // when the config names an unknown operator or sets an invalid value.
+  Attention get(std::string_view name, const Config& config = {}) const;
+  Attention get(std::string_view name, const OperationMetadata& metadata) const;
+
+  std::vector<std::string> list() const;            // canonical names, sorted
+  const OperationEntry& entry(std::string_view name_or_alias) const;  // throws unknown_operator
+  std::string canonical(std::string_view name_or_alias) const;       // throws unknown_operator
+  const Host& host() const { return *host_; }
+  std::shared_ptr<const Host> host_ptr() const { return host_; }
+
+ private:
+  Attention make(const OperationEntry& e, const OperationMetadata& md, const Config* config) const;
+  const OperationEntry* find(std::string_view name) const;
+  std::shared_ptr<const Host> host_;
+  mutable std::mutex mu_;
+  std::vector<OperationEntry> entries_;
+};
+
+// vanilla, blocksparse (alias splash), flash_attn2 (alias flash): the explicit list.
+void register_builtin_operators(Registry& r);
+
+// The process-wide registry with the built-in operators and the system host.
+Registry& registry();
+
+}  // namespace attnops

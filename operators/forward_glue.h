@@ -1,0 +1,31 @@
+// Shared glue of the forward_* functions: allocate the outputs, handle empty problems (no
+// queries, or no keys: every row fully masked -> out 0, lse -inf) without calling a kernel,
+// run the kernel, wrap the buffers into an AttentionOutput.
+#pragma once
+
+#include <limits>
+
+#include "attnops/options.h"
+#include "attnops/problem.h"
+
+namespace attnops {
+
+template <class Kernel>
+AttentionOutput run_forward(const AttentionProblem& p, Kernel&& kernel) {
+  AttentionBuffers buffers = allocate_buffers(p);
+  if (p.B > 0 && p.Tq > 0 && p.Hq > 0) {
+    if (p.Tk > 0) {
+      kernel(p, buffers);
+    } else if (buffers.lse) {
+      float* lse = buffers.lse->data_as<float>();
+      for (std::int64_t i = 0; i < buffers.lse->numel(); ++i) lse[i] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  AttentionOutput out;
+  out.attention_outputs = std::move(buffers.out);
+  out.lse = std::move(buffers.lse);
+  out.attention_weights = std::move(buffers.weights);
+  return out;
+}
+
+}  // namespace attnops

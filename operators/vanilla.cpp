@@ -1,0 +1,31 @@
+#include "operators/vanilla.h"
+
+#include "backends/cpu/vanilla_cpu.h"
+#include "backends/native/reference.h"
+#include "backends/vulkan/vulkan_backend.h"
+#include "operators/forward_glue.h"
+
+namespace attnops {
+
+OperationMetadata VanillaAttn::default_metadata() { return OperationMetadata{}; }
+
+std::optional<Reason> VanillaAttn::check_inputs(Backend b, const AttentionProblem& p) const {
+  if (b == Backend::gpu) return vulkan::check_inputs(vulkan::Kernel::vanilla, p, metadata().gpu);
+  return std::nullopt;
+}
+
+AttentionOutput VanillaAttn::forward_native(const AttentionProblem& p) {
+  return run_forward(p, [](const AttentionProblem& q, AttentionBuffers& b) { native::reference_attention(q, b); });
+}
+
+AttentionOutput VanillaAttn::forward_cpu(const AttentionProblem& p) {
+  return run_forward(p, [](const AttentionProblem& q, AttentionBuffers& b) { cpu::vanilla_attention(q, b); });
+}
+
+AttentionOutput VanillaAttn::forward_gpu(const AttentionProblem& p) {
+  return run_forward(p, [this](const AttentionProblem& q, AttentionBuffers& b) {
+    vulkan::run(vulkan::Kernel::vanilla, q, nullptr, metadata().gpu, b);
+  });
+}
+
+}  // namespace attnops

@@ -1,0 +1,43 @@
+// The dispatcher: first the operator-level fallbacks, then the backend.
+//
+//  1. make_problem validates the call (typed errors).
+//  2. Operator fallbacks (gates::fallback_reasons): when any enabled rule fires, the call goes to
+//     vanilla and every rule that fired is recorded (decode, non_causal, seq_multiple).
+//  3. Backend candidates, in order: ATTNOPS_FORCE_NATIVE=1 gives [native] (reason
+//     forced_native); otherwise the metadata's preference list followed by the rest of the auto
+//     order gpu, cpu, native. Each candidate passes four gates or is rejected with a reason:
+//     disabled_by_config, then the host's availability (backend_unavailable), then whether the
+//     operator implements it (not_implemented), then the operator's input check
+//     (unsupported_feature / unsupported_dtype). The first that passes runs.
+//  4. A runtime GPU failure (Error gpu_error) is recorded as gpu_error and the next candidate runs.
+// The decision travels with the output; ATTNOPS_LOG=dispatch prints it as one line to stderr.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "attnops/host.h"
+#include "attnops/operation.h"
+#include "attnops/options.h"
+
+namespace attnops {
+
+// Process environment switches, read per call.
+struct RuntimeFlags {
+  bool force_native = false;  // ATTNOPS_FORCE_NATIVE=1
+  bool log_dispatch = false;  // ATTNOPS_LOG=dispatch (a comma-separated list may hold more)
+  static RuntimeFlags from_env();
+};
+
+// The ordered candidates for a metadata's preference (duplicates removed).
+std::vector<Backend> backend_candidates(const OperationMetadata& md);
+
+// Why `op` cannot run problem `p` on backend `b` of `host`, or nullopt.
+std::optional<Reason> check_backend(const OperationImpl& op, Backend b, const AttentionProblem& p, const Host& host);
+
+// Plans (execute = false: decision only) or runs one call.
+AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const Host& host, const TensorView& q,
+                         const TensorView& k, const TensorView& v, const AttentionOptions& options,
+                         const RuntimeFlags& flags, bool execute);
+
+}  // namespace attnops

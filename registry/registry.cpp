@@ -1,0 +1,126 @@
+#include "attnops/registry.h"
+
+#include <algorithm>
+
+#include "attnops/error.h"
+#include "core/suggest.h"
+#include "registry/dispatcher.h"
+
+namespace attnops {
+
+AttentionOutput Attention::operator()(const TensorView& q, const TensorView& k, const TensorView& v,
+                                      const AttentionOptions& options) const {
+  return dispatch(*op_, *vanilla_, *host_, q, k, v, options, RuntimeFlags::from_env(), /*execute=*/true);
+}
+
+DispatchDecision Attention::plan(const TensorView& q, const TensorView& k, const TensorView& v,
+                                 const AttentionOptions& options) const {
+  return dispatch(*op_, *vanilla_, *host_, q, k, v, options, RuntimeFlags::from_env(), /*execute=*/false).decision;
+}
+
+Registry::Registry(std::shared_ptr<const Host> host) : host_(host ? std::move(host) : system_host()) {}
+
+const OperationEntry* Registry::find(std::string_view name) const {
+  for (const auto& e : entries_) {
+    if (e.name == name) return &e;
+    if (std::find(e.aliases.begin(), e.aliases.end(), name) != e.aliases.end()) return &e;
+  }
+  return nullptr;
+}
+
+void Registry::add(OperationEntry entry) {
+  if (entry.name.empty() || !entry.make)
+    throw Error(ErrorCode::invalid_argument, "Registry::add: an operator needs a name and a factory");
+  std::lock_guard lock(mu_);
+  std::vector<std::string> names = entry.aliases;
+  names.push_back(entry.name);
+  for (const auto& n : names)
+    if (const OperationEntry* other = find(n); other && other->name != entry.name)
+      throw Error(ErrorCode::invalid_argument, "Registry::add: name '" + n + "' of operator '" + entry.name +
+                                                   "' is already taken by '" + other->name + "'");
+  // Re-registering a name replaces it (as EasyDeL's registry does): tests inject mocks this way.
+  auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.name == entry.name; });
+  if (it != entries_.end())
+    *it = std::move(entry);
+  else
+    entries_.push_back(std::move(entry));
+}
+
+std::vector<std::string> Registry::list() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> r;
+  for (const auto& e : entries_) r.push_back(e.name);
+  std::sort(r.begin(), r.end());
+  return r;
+}
+
+const OperationEntry& Registry::entry(std::string_view name) const {
+  std::lock_guard lock(mu_);
+  if (const OperationEntry* e = find(name)) return *e;
+  std::vector<std::string> all;
+  std::string listing;
+  std::vector<const OperationEntry*> sorted;
+  for (const auto& e : entries_) sorted.push_back(&e);
+  std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
+  for (const auto* e : sorted) {
+    if (!listing.empty()) listing += ", ";
+    listing += e->name;
+    all.push_back(e->name);
+    for (const auto& a : e->aliases) {
+      listing += " (alias " + a + ")";
+      all.push_back(a);
+    }
+  }
+  std::string msg = "unknown operator '" + std::string(name) + "'; registered: " + (listing.empty() ? "none" : listing);
+  if (auto s = nearest_name(name, all)) msg += "; did you mean '" + *s + "'?";
+  throw Error(ErrorCode::unknown_operator, msg);
+}
+
+std::string Registry::canonical(std::string_view name) const { return entry(name).name; }
+
+Attention Registry::make(const OperationEntry& e, const OperationMetadata& md, const Config* config) const {
+  const OperationEntry& van = entry("vanilla");  // the fallback of every operator
+  Attention a;
+  a.requested_ = e.name;
+  a.host_ = host_;
+  a.op_ = e.make(md);
+  if (!a.op_) throw Error(ErrorCode::internal, "factory of operator '" + e.name + "' returned null");
+  if (e.name == van.name) {
+    a.vanilla_ = a.op_;
+  } else {
+    // Vanilla runs with the same settings; only its own (empty) fallback policy and block sizes.
+    OperationMetadata vmd = config ? config->metadata_for(van.name, van.aliases, van.defaults) : md;
+    if (!config) {
+      vmd.fallbacks = van.defaults.fallbacks;
+      vmd.blocksize_q = van.defaults.blocksize_q;
+      vmd.blocksize_k = van.defaults.blocksize_k;
+    }
+    a.vanilla_ = van.make(vmd);
+  }
+  return a;
+}
+
+Attention Registry::get(std::string_view name, const Config& config) const {
+  // Every operator the config names must exist: a typo there would silently do nothing.
+  for (const auto& [key, oc] : config.operators) {
+    std::lock_guard lock(mu_);
+    if (find(key)) continue;
+    std::vector<std::string> all;
+    for (const auto& e : entries_) {
+      all.push_back(e.name);
+      all.insert(all.end(), e.aliases.begin(), e.aliases.end());
+    }
+    std::string msg = config.source + ":" + std::to_string(oc.line) + ":" + std::to_string(oc.column) +
+                      ": unknown operator '" + key + "' in 'operators'";
+    if (auto s = nearest_name(key, all)) msg += "; did you mean '" + *s + "'?";
+    throw Error(ErrorCode::config_error, msg);
+  }
+  const OperationEntry& e = entry(name);
+  return make(e, config.metadata_for(e.name, e.aliases, e.defaults), &config);
+}
+
+Attention Registry::get(std::string_view name, const OperationMetadata& metadata) const {
+  return make(entry(name), metadata, nullptr);
+}
+
+}  // namespace attnops

@@ -1,0 +1,38 @@
+// GoogleMock doubles for routing tests: a host whose capabilities a test sets, and operators
+// that keep their real gates (fallback policy, implements) but record forward_* calls.
+#pragma once
+
+#include <gmock/gmock.h>
+
+#include "attnops/attnops.h"
+
+namespace attnops::testing {
+
+class MockHost : public Host {
+ public:
+  MOCK_METHOD(CpuInfo, cpu, (), (const, override));
+  MOCK_METHOD(std::vector<GpuDeviceInfo>, gpu_devices, (const GpuSettings&), (const, override));
+  MOCK_METHOD(Availability, availability, (Backend, const GpuSettings&), (const, override));
+};
+
+// A real operator (Base) whose forwards and input check are mocked. By default every input
+// check passes and every forward returns an output stamped with its backend in the decision.
+template <class Base>
+class MockOp : public Base {
+ public:
+  explicit MockOp(const OperationMetadata& md) : Base(md) {
+    using ::testing::Return;
+    ON_CALL(*this, check_inputs).WillByDefault(Return(std::nullopt));
+    ON_CALL(*this, forward_native).WillByDefault(Return(AttentionOutput{}));
+    ON_CALL(*this, forward_cpu).WillByDefault(Return(AttentionOutput{}));
+    ON_CALL(*this, forward_gpu).WillByDefault(Return(AttentionOutput{}));
+    ON_CALL(*this, forward_tpu).WillByDefault(Return(AttentionOutput{}));
+  }
+  MOCK_METHOD(std::optional<Reason>, check_inputs, (Backend, const AttentionProblem&), (const, override));
+  MOCK_METHOD(AttentionOutput, forward_native, (const AttentionProblem&), (override));
+  MOCK_METHOD(AttentionOutput, forward_cpu, (const AttentionProblem&), (override));
+  MOCK_METHOD(AttentionOutput, forward_gpu, (const AttentionProblem&), (override));
+  MOCK_METHOD(AttentionOutput, forward_tpu, (const AttentionProblem&), (override));
+};
+
+}  // namespace attnops::testing

@@ -1,0 +1,447 @@
+// Routing: which operator and which backend forward runs, proven with mock operators (real gates,
+// mocked forwards) and a mock host (capabilities set per test). No kernel runs here.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "operators/blocksparse.h"
+#include "operators/flash_attn2.h"
+#include "operators/vanilla.h"
+#include "tests/routing/mocks.h"
+#include "tests/support/testing.h"
+
+namespace attnops::testing {
+namespace {
+
+using ::testing::_;
+using ::testing::HasSubstr;
+using ::testing::NiceMock;
+using ::testing::Return;
+using ::testing::Throw;
+
+// Expects exactly one call of `op`'s forward for backend `b` and none of its other forwards.
+template <class Op>
+void expect_only(Op& op, std::optional<Backend> b) {
+  EXPECT_CALL(op, forward_native(_)).Times(b == Backend::native ? 1 : 0);
+  EXPECT_CALL(op, forward_cpu(_)).Times(b == Backend::cpu ? 1 : 0);
+  EXPECT_CALL(op, forward_gpu(_)).Times(b == Backend::gpu ? 1 : 0);
+  EXPECT_CALL(op, forward_tpu(_)).Times(b == Backend::tpu ? 1 : 0);
+}
+
+class Routing : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    unsetenv("ATTNOPS_FORCE_NATIVE");
+    unsetenv("ATTNOPS_LOG");
+    ON_CALL(*host, availability(_, _)).WillByDefault([this](Backend b, const GpuSettings&) {
+      switch (b) {
+        case Backend::gpu: return Availability{gpu_present, gpu_present ? "mock gpu" : "no Vulkan device (mock)"};
+        case Backend::tpu: return Availability{false, "no TPU runtime (mock)"};
+        default: return Availability{true, "mock"};
+      }
+    });
+    reg.add({"vanilla", {}, VanillaAttn::default_metadata(), [this](const OperationMetadata& md) {
+               auto p = std::make_shared<NiceMock<MockOp<VanillaAttn>>>(md);
+               van = p.get();
+               return p;
+             }});
+    reg.add({"blocksparse", {"splash"}, BlockSparseAttn::default_metadata(), [this](const OperationMetadata& md) {
+               auto p = std::make_shared<NiceMock<MockOp<BlockSparseAttn>>>(md);
+               bs = p.get();
+               return p;
+             }});
+    reg.add({"flash_attn2", {"flash"}, FlashAttn2::default_metadata(), [this](const OperationMetadata& md) {
+               auto p = std::make_shared<NiceMock<MockOp<FlashAttn2>>>(md);
+               fl = p.get();
+               return p;
+             }});
+  }
+  void TearDown() override {
+    unsetenv("ATTNOPS_FORCE_NATIVE");
+    unsetenv("ATTNOPS_LOG");
+  }
+
+  // q [1, Tq, 4, 16], k/v [1, Tk, 2, 16]
+  void shapes(std::int64_t Tq, std::int64_t Tk) {
+    q = Tensor(DType::f32, {1, Tq, 4, 16});
+    k = Tensor(DType::f32, {1, Tk, 2, 16});
+    v = Tensor(DType::f32, {1, Tk, 2, 16});
+  }
+
+  bool gpu_present = false;
+  std::shared_ptr<NiceMock<MockHost>> host = std::make_shared<NiceMock<MockHost>>();
+  Registry reg{host};
+  MockOp<VanillaAttn>* van = nullptr;
+  MockOp<BlockSparseAttn>* bs = nullptr;
+  MockOp<FlashAttn2>* fl = nullptr;
+  Tensor q, k, v;
+};
+
+TEST_F(Routing, DecodeFallsBackToVanilla) {
+  shapes(1, 300);
+  auto attn = reg.get("blocksparse");
+  expect_only(*bs, std::nullopt);
+  expect_only(*van, Backend::cpu);
+  auto out = attn(q, k, v);
+  EXPECT_EQ(out.decision.requested, "blocksparse");
+  EXPECT_EQ(out.decision.op, "vanilla");
+  EXPECT_EQ(out.decision.backend, Backend::cpu);
+  EXPECT_TRUE(out.decision.has(ReasonCode::decode));
+}
+
+TEST_F(Routing, NonCausalFallsBackToVanilla) {
+  shapes(256, 256);
+  auto attn = reg.get("blocksparse");
+  expect_only(*bs, std::nullopt);
+  expect_only(*van, Backend::cpu);
+  auto out = attn(q, k, v, {.causal = false});
+  EXPECT_EQ(out.decision.op, "vanilla");
+  ASSERT_FALSE(out.decision.reasons.empty());
+  EXPECT_EQ(out.decision.reasons[0].code, ReasonCode::non_causal);
+}
+
+TEST_F(Routing, SeqNotMultipleOf128FallsBackToVanilla) {
+  shapes(200, 200);
+  auto attn = reg.get("blocksparse");
+  expect_only(*bs, std::nullopt);
+  expect_only(*van, Backend::cpu);
+  auto out = attn(q, k, v);
+  EXPECT_EQ(out.decision.op, "vanilla");
+  ASSERT_EQ(out.decision.reasons.size(), 2u);  // seq_multiple, then gpu unavailable for vanilla
+  EXPECT_EQ(out.decision.reasons[0].code, ReasonCode::seq_multiple);
+  EXPECT_THAT(out.decision.reasons[0].detail, HasSubstr("200"));
+}
+
+TEST_F(Routing, EveryFiringRuleIsRecorded) {
+  shapes(1, 64);
+  auto out = reg.get("blocksparse")(q, k, v, {.causal = false});
+  EXPECT_TRUE(out.decision.has(ReasonCode::decode));
+  EXPECT_TRUE(out.decision.has(ReasonCode::non_causal));
+  EXPECT_TRUE(out.decision.has(ReasonCode::seq_multiple));
+}
+
+TEST_F(Routing, CausalMultipleOf128RunsBlocksparseOnceOnCpu) {
+  shapes(256, 384);
+  auto attn = reg.get("blocksparse");
+  expect_only(*bs, Backend::cpu);
+  expect_only(*van, std::nullopt);
+  auto out = attn(q, k, v);
+  EXPECT_EQ(out.decision.op, "blocksparse");
+  EXPECT_EQ(out.decision.backend, Backend::cpu);
+  EXPECT_FALSE(out.decision.fell_back());
+  // auto tried the GPU first and says why it moved on.
+  ASSERT_EQ(out.decision.reasons.size(), 1u);
+  EXPECT_EQ(out.decision.reasons[0].code, ReasonCode::backend_unavailable);
+  EXPECT_THAT(out.decision.reasons[0].detail, HasSubstr("gpu"));
+}
+
+TEST_F(Routing, AutoPrefersARealGpu) {
+  gpu_present = true;
+  shapes(128, 128);
+  auto attn = reg.get("splash");  // alias
+  expect_only(*bs, Backend::gpu);
+  auto out = attn(q, k, v);
+  EXPECT_EQ(out.decision.requested, "blocksparse");
+  EXPECT_EQ(out.decision.backend, Backend::gpu);
+  EXPECT_TRUE(out.decision.reasons.empty());
+}
+
+TEST_F(Routing, YamlBackendOrderIsHonoured) {
+  gpu_present = true;
+  shapes(128, 128);
+  auto attn = reg.get("blocksparse", parse_config("backend: [native, cpu]\n"));
+  expect_only(*bs, Backend::native);
+  EXPECT_EQ(attn(q, k, v).decision.backend, Backend::native);
+}
+
+TEST_F(Routing, OperatorSectionOverridesTopLevelBackend) {
+  shapes(128, 128);
+  auto cfg = parse_config("backend: native\noperators:\n  blocksparse:\n    backend: cpu\n");
+  auto attn = reg.get("blocksparse", cfg);
+  expect_only(*bs, Backend::cpu);
+  EXPECT_EQ(attn(q, k, v).decision.backend, Backend::cpu);
+  // vanilla has no section: the top-level preference applies to it.
+  auto vattn = reg.get("vanilla", cfg);
+  expect_only(*van, Backend::native);
+  EXPECT_EQ(vattn(q, k, v).decision.backend, Backend::native);
+}
+
+TEST_F(Routing, GpuAskedButAbsentRunsCpuWithReason) {
+  shapes(128, 128);
+  auto attn = reg.get("blocksparse", parse_config("backend: gpu\n"));
+  expect_only(*bs, Backend::cpu);
+  auto out = attn(q, k, v);
+  EXPECT_EQ(out.decision.backend, Backend::cpu);
+  ASSERT_TRUE(out.decision.has(ReasonCode::backend_unavailable));
+  EXPECT_THAT(out.decision.reasons[0].detail, HasSubstr("gpu: no Vulkan device"));
+}
+
+TEST_F(Routing, TpuIsUnavailable) {
+  shapes(128, 128);
+  OperationMetadata md = BlockSparseAttn::default_metadata();
+  md.backends = {Backend::tpu};
+  auto attn = reg.get("blocksparse", md);
+  expect_only(*bs, Backend::cpu);
+  auto out = attn(q, k, v);
+  ASSERT_FALSE(out.decision.reasons.empty());
+  EXPECT_EQ(out.decision.reasons[0].code, ReasonCode::backend_unavailable);
+  EXPECT_THAT(out.decision.reasons[0].detail, HasSubstr("tpu"));
+}
+
+TEST_F(Routing, RealTpuForwardReportsUnavailable) {
+  shapes(128, 128);
+  BlockSparseAttn op(BlockSparseAttn::default_metadata());
+  auto p = make_problem(q, k, v, {}, op.metadata());
+  try {
+    op.forward(Backend::tpu, p);
+    FAIL() << "forward_tpu returned";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::backend_unavailable);
+    EXPECT_THAT(e.what(), HasSubstr("TPU"));
+  }
+  EXPECT_FALSE(system_host()->availability(Backend::tpu, {}).available);
+}
+
+TEST_F(Routing, FallbacksSwitchedOffInYamlStayOff) {
+  shapes(1, 300);
+  auto cfg = parse_config(
+      "operators:\n  blocksparse:\n    fallbacks: {decode: false, non_causal: false, seq_multiple: false}\n");
+  auto attn = reg.get("blocksparse", cfg);
+  expect_only(*bs, Backend::cpu);
+  expect_only(*van, std::nullopt);
+  auto out = attn(q, k, v, {.causal = false});
+  EXPECT_EQ(out.decision.op, "blocksparse");
+  EXPECT_FALSE(out.decision.has(ReasonCode::decode));
+  EXPECT_FALSE(out.decision.has(ReasonCode::non_causal));
+}
+
+TEST_F(Routing, OnlyTheRuleSwitchedOffIsOff) {
+  // decode off, seq_multiple still on: q_len 1 is not a multiple of 128, so that rule fires.
+  shapes(1, 300);
+  auto attn = reg.get("blocksparse", parse_config("operators:\n  blocksparse:\n    fallbacks: {decode: false}\n"));
+  auto out = attn(q, k, v);
+  EXPECT_EQ(out.decision.op, "vanilla");
+  EXPECT_FALSE(out.decision.has(ReasonCode::decode));
+  EXPECT_TRUE(out.decision.has(ReasonCode::seq_multiple));
+}
+
+TEST_F(Routing, FlashFallsBackOnlyOnDecode) {
+  shapes(1, 77);
+  {
+    auto attn = reg.get("flash");
+    expect_only(*fl, std::nullopt);
+    expect_only(*van, Backend::cpu);
+    auto out = attn(q, k, v);
+    EXPECT_EQ(out.decision.op, "vanilla");
+    EXPECT_TRUE(out.decision.has(ReasonCode::decode));
+  }
+  shapes(77, 77);  // not causal, not a multiple of 128: flash keeps it
+  auto attn = reg.get("flash_attn2");
+  expect_only(*fl, Backend::cpu);
+  auto out = attn(q, k, v, {.causal = false});
+  EXPECT_EQ(out.decision.op, "flash_attn2");
+}
+
+TEST_F(Routing, ForceNativeEnv) {
+  gpu_present = true;
+  setenv("ATTNOPS_FORCE_NATIVE", "1", 1);
+  shapes(128, 128);
+  auto attn = reg.get("blocksparse");
+  expect_only(*bs, Backend::native);
+  auto out = attn(q, k, v);
+  EXPECT_EQ(out.decision.backend, Backend::native);
+  EXPECT_TRUE(out.decision.has(ReasonCode::forced_native));
+}
+
+TEST_F(Routing, ForceNativeStillAppliesOperatorFallbacks) {
+  setenv("ATTNOPS_FORCE_NATIVE", "1", 1);
+  shapes(1, 128);
+  auto attn = reg.get("blocksparse");
+  expect_only(*van, Backend::native);
+  auto out = attn(q, k, v);
+  EXPECT_EQ(out.decision.op, "vanilla");
+  EXPECT_EQ(out.decision.backend, Backend::native);
+}
+
+TEST_F(Routing, DisabledBackendIsSkippedWithReason) {
+  gpu_present = true;
+  shapes(128, 128);
+  auto attn = reg.get("blocksparse", parse_config("disabled_backends: [gpu]\n"));
+  expect_only(*bs, Backend::cpu);
+  auto out = attn(q, k, v);
+  ASSERT_FALSE(out.decision.reasons.empty());
+  EXPECT_EQ(out.decision.reasons[0].code, ReasonCode::disabled_by_config);
+}
+
+TEST_F(Routing, GpuRuntimeErrorFallsBackToCpu) {
+  gpu_present = true;
+  shapes(128, 128);
+  auto attn = reg.get("blocksparse");
+  EXPECT_CALL(*bs, forward_gpu(_)).WillOnce(Throw(Error(ErrorCode::gpu_error, "VK_ERROR_DEVICE_LOST")));
+  EXPECT_CALL(*bs, forward_cpu(_)).Times(1);
+  auto out = attn(q, k, v);
+  EXPECT_EQ(out.decision.backend, Backend::cpu);
+  ASSERT_TRUE(out.decision.has(ReasonCode::gpu_error));
+  EXPECT_THAT(out.decision.reasons[0].detail, HasSubstr("DEVICE_LOST"));
+}
+
+TEST_F(Routing, OtherErrorsFromAForwardPropagate) {
+  shapes(128, 128);
+  auto attn = reg.get("blocksparse");
+  EXPECT_CALL(*bs, forward_cpu(_)).WillOnce(Throw(Error(ErrorCode::internal, "boom")));
+  EXPECT_CALL(*bs, forward_native(_)).Times(0);
+  EXPECT_THROW(attn(q, k, v), Error);
+}
+
+TEST_F(Routing, UnsupportedInputsMoveToTheNextBackend) {
+  gpu_present = true;
+  shapes(128, 128);
+  auto attn = reg.get("blocksparse");
+  ON_CALL(*bs, check_inputs(Backend::gpu, _))
+      .WillByDefault(Return(Reason{ReasonCode::unsupported_feature, "head_dim 16 too small (mock)"}));
+  expect_only(*bs, Backend::cpu);
+  auto out = attn(q, k, v);
+  ASSERT_FALSE(out.decision.reasons.empty());
+  EXPECT_EQ(out.decision.reasons[0].code, ReasonCode::unsupported_feature);
+  EXPECT_THAT(out.decision.reasons[0].detail, HasSubstr("gpu:"));
+}
+
+// An operator with only a native forward: the cpu candidate reports not_implemented.
+class NativeOnly : public VanillaAttn {
+ public:
+  using VanillaAttn::VanillaAttn;
+  std::string name() const override { return "native_only"; }
+  bool implements(Backend b) const override { return b == Backend::native; }
+  MOCK_METHOD(AttentionOutput, forward_native, (const AttentionProblem&), (override));
+};
+
+TEST_F(Routing, NotImplementedBackendIsSkipped) {
+  NativeOnly* op = nullptr;
+  reg.add({"native_only", {}, OperationMetadata{}, [&](const OperationMetadata& md) {
+             auto p = std::make_shared<NativeOnly>(md);
+             op = p.get();
+             return p;
+           }});
+  shapes(4, 4);
+  auto attn = reg.get("native_only");
+  EXPECT_CALL(*op, forward_native(_)).WillOnce(Return(AttentionOutput{}));
+  auto out = attn(q, k, v);
+  EXPECT_EQ(out.decision.backend, Backend::native);
+  EXPECT_TRUE(out.decision.has(ReasonCode::not_implemented));
+}
+
+TEST_F(Routing, NoBackendLeftIsATypedErrorListingEveryReason) {
+  shapes(128, 128);
+  auto attn = reg.get("blocksparse", parse_config("disabled_backends: [cpu, native]\n"));
+  expect_only(*bs, std::nullopt);
+  try {
+    attn(q, k, v);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::backend_unavailable);
+    EXPECT_THAT(e.what(), HasSubstr("gpu"));
+    EXPECT_THAT(e.what(), HasSubstr("disabled_by_config"));
+  }
+}
+
+TEST_F(Routing, PlanDecidesWithoutRunning) {
+  shapes(1, 128);
+  auto attn = reg.get("blocksparse");
+  expect_only(*bs, std::nullopt);
+  expect_only(*van, std::nullopt);
+  auto d = attn.plan(q, k, v);
+  EXPECT_EQ(d.op, "vanilla");
+  EXPECT_EQ(d.backend, Backend::cpu);
+}
+
+TEST_F(Routing, DispatchLogPrintsOneLinePerCall) {
+  setenv("ATTNOPS_LOG", "dispatch", 1);
+  shapes(1, 128);
+  auto attn = reg.get("blocksparse");
+  ::testing::internal::CaptureStderr();
+  attn(q, k, v);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err, "attnops,dispatch,blocksparse->vanilla,cpu,decode:q_len=1;seq_multiple:q_len=1 is not a multiple of "
+                 "128;backend_unavailable:gpu: no Vulkan device (mock)\n");
+  unsetenv("ATTNOPS_LOG");
+  ::testing::internal::CaptureStderr();
+  attn(q, k, v);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+}
+
+TEST_F(Routing, DecisionJsonIsStable) {
+  shapes(1, 128);
+  auto d = reg.get("blocksparse").plan(q, k, v);
+  EXPECT_EQ(d.to_json(),
+            "{\"requested\": \"blocksparse\", \"operator\": \"vanilla\", \"backend\": \"cpu\", \"reasons\": "
+            "[{\"code\": \"decode\", \"detail\": \"q_len=1\"}, {\"code\": \"seq_multiple\", \"detail\": \"q_len=1 is "
+            "not a multiple of 128\"}, {\"code\": \"backend_unavailable\", \"detail\": \"gpu: no Vulkan device "
+            "(mock)\"}]}");
+}
+
+TEST_F(Routing, UnknownNameListsRegisteredNamesAndSuggests) {
+  try {
+    reg.get("blocksparce");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unknown_operator);
+    EXPECT_THAT(e.what(), HasSubstr("blocksparse (alias splash), flash_attn2 (alias flash), vanilla"));
+    EXPECT_THAT(e.what(), HasSubstr("did you mean 'blocksparse'"));
+  }
+  EXPECT_EQ(reg.list(), (std::vector<std::string>{"blocksparse", "flash_attn2", "vanilla"}));
+  EXPECT_EQ(reg.canonical("flash"), "flash_attn2");
+}
+
+TEST_F(Routing, AliasCollisionIsRejected) {
+  EXPECT_THROW(reg.add({"other", {"splash"}, OperationMetadata{},
+                        [](const OperationMetadata& md) { return std::make_shared<VanillaAttn>(md); }}),
+               Error);
+}
+
+TEST_F(Routing, ConfigNamingAnUnknownOperatorIsAnError) {
+  auto cfg = parse_config("backend: cpu\noperators:\n  blocksparce:\n    backend: cpu\n", "my.yaml");
+  try {
+    reg.get("blocksparse", cfg);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::config_error);
+    EXPECT_THAT(e.what(), HasSubstr("my.yaml:3:3"));
+    EXPECT_THAT(e.what(), HasSubstr("did you mean 'blocksparse'"));
+  }
+}
+
+TEST_F(Routing, WeightsOnlyFromVanilla) {
+  shapes(128, 128);
+  EXPECT_THROW(reg.get("blocksparse")(q, k, v, {.return_weights = true}), Error);
+  shapes(1, 128);  // decode: blocksparse hands the call to vanilla, which can return weights
+  EXPECT_NO_THROW(reg.get("blocksparse")(q, k, v, {.return_weights = true}));
+}
+
+TEST_F(Routing, ConcurrentCallsShareOneHandle) {
+  shapes(128, 128);
+  auto attn = reg.get("blocksparse");
+  EXPECT_CALL(*bs, forward_cpu(_)).Times(8);
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 4; ++t)
+    ts.emplace_back([&] {
+      for (int i = 0; i < 2; ++i) EXPECT_EQ(attn(q, k, v).decision.op, "blocksparse");
+      EXPECT_EQ(reg.list().size(), 3u);
+    });
+  for (auto& t : ts) t.join();
+}
+
+TEST(RoutingDefaults, BuiltinRegistryHasTheThreeOperators) {
+  EXPECT_EQ(registry().list(), (std::vector<std::string>{"blocksparse", "flash_attn2", "vanilla"}));
+  EXPECT_EQ(registry().canonical("splash"), "blocksparse");
+  const auto& bs = registry().entry("blocksparse").defaults.fallbacks;
+  EXPECT_TRUE(bs.decode && bs.non_causal && bs.seq_multiple);
+  const auto& fl = registry().entry("flash_attn2").defaults.fallbacks;
+  EXPECT_TRUE(fl.decode);
+  EXPECT_FALSE(fl.non_causal || fl.seq_multiple);
+  EXPECT_EQ(registry().entry("vanilla").defaults.fallbacks, FallbackPolicy{});
+}
+
+}  // namespace
+}  // namespace attnops::testing
