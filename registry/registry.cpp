@@ -110,8 +110,10 @@ Attention Registry::get(std::string_view name, const Config& config) const {
       all.push_back(e.name);
       all.insert(all.end(), e.aliases.begin(), e.aliases.end());
     }
-    std::string msg = config.source + ":" + std::to_string(oc.line) + ":" + std::to_string(oc.column) +
-                      ": unknown operator '" + key + "' in 'operators'";
+    // A config built in code has no position (line 0): name the source only.
+    std::string msg = config.source;
+    if (oc.line > 0) msg += ":" + std::to_string(oc.line) + ":" + std::to_string(oc.column);
+    msg += ": unknown operator '" + key + "' in 'operators'";
     if (auto s = nearest_name(key, all)) msg += "; did you mean '" + *s + "'?";
     throw Error(ErrorCode::config_error, msg);
   }
