@@ -1,0 +1,95 @@
+#version 450
+// Flash / blocksparse attention: one pass over the non-empty kv tiles of the row's q block
+// with an online softmax (running max m, running sum l, unnormalised accumulator acc),
+// rescaled once per kv tile. Empty tiles are never listed; full tiles evaluate no static mask.
+#include "common.glsl"
+
+void main() {
+  const int qb = int(gl_WorkGroupID.x), h = int(gl_WorkGroupID.y), b = int(gl_WorkGroupID.z);
+  const int r = int(gl_LocalInvocationID.x);
+  const int i = qb * int(gl_WorkGroupSize.x) + r;
+  if (i >= pc.Tq) return;  // no barriers below, so idle rows may leave early
+  const int hk = h / (pc.Hq / pc.Hkv);  // GQA: q head h reads kv head h / group
+
+  const uint qbase = uint(((b * pc.Tq + i) * pc.Hq + h) * pc.D);
+  for (int d = 0; d < pc.D; ++d) qv[d] = load_q(qbase + uint(d));
+  for (int d = 0; d < pc.Dv; ++d) acc[d] = 0.0;
+
+  int lo = 0, hi = pc.Tk;
+  if (has(FLAG_PARAM_MASK)) param_interval(i, lo, hi);
+  const int seg_i = has(FLAG_SEGMENTS) ? seg_q[b * pc.Tq + i] : 0;
+
+  float m = NEG_BIG, l = 0.0;
+  bool seen = false;
+  float s[BK];
+  const int hh = pc.map_heads > 1 ? h : 0;
+  const uint e0 = row_start[hh * pc.nq + qb], e1 = row_start[hh * pc.nq + qb + 1];
+  for (uint e = e0; e < e1; ++e) {
+    const int j0 = int(entries[e] >> 1) * BK;
+    const int nj = min(BK, pc.Tk - j0);
+    const uint krow0 = uint(((b * pc.Tk + j0) * pc.Hkv + hk) * pc.D);  // k row of key j0
+    const uint kstride = uint(pc.Hkv * pc.D);                           // between keys
+    const uint vis = tile_visibility(e, r, j0, nj, lo, hi, b, seg_i);
+    if (vis == 0u) continue;
+    float bm = NEG_BIG;
+    if (has(FLAG_VEC)) {
+      for (int t0 = 0; t0 < nj; t0 += 4) {
+        const uint g = (vis >> uint(t0)) & 15u;
+        if (g == 0u) continue;
+        // Keys past the tile's end read the last key instead (finite values, result unused).
+        const uvec4 t4 = uvec4(min(ivec4(t0, t0 + 1, t0 + 2, t0 + 3), ivec4(nj - 1)));
+        const vec4 dots = dot_qk4(krow0 + t4 * kstride);
+        for (int c = 0; c < 4; ++c)
+          if (((g >> uint(c)) & 1u) != 0u) {
+            s[t0 + c] = logit(dots[c], b, h, i, j0 + t0 + c);
+            bm = max(bm, s[t0 + c]);
+          }
+      }
+    } else {
+      for (int t = 0; t < nj; ++t)
+        if (((vis >> uint(t)) & 1u) != 0u) {
+          s[t] = logit(dot_qk(krow0 + uint(t) * kstride), b, h, i, j0 + t);
+          bm = max(bm, s[t]);
+        }
+    }
+    const float m_new = max(m, bm);
+    const float alpha = seen ? exp(m - m_new) : 0.0;
+    seen = true;
+    m = m_new;
+    l *= alpha;
+    for (int t = 0; t < nj; ++t) {
+      s[t] = ((vis >> uint(t)) & 1u) != 0u ? exp(s[t] - m) : 0.0;
+      l += s[t];
+    }
+    if (alpha != 1.0)
+      for (int d = 0; d < pc.Dv; ++d) acc[d] *= alpha;
+    const uint vrow0 = uint(((b * pc.Tk + j0) * pc.Hkv + hk) * pc.Dv);
+    const uint vstride = uint(pc.Hkv * pc.Dv);
+    if (has(FLAG_VEC)) {
+      for (int t0 = 0; t0 < nj; t0 += 4) {
+        if (((vis >> uint(t0)) & 15u) == 0u) continue;
+        const ivec4 t4 = ivec4(t0, t0 + 1, t0 + 2, t0 + 3);
+        const vec4 p = vec4(t4.x < nj ? s[t4.x] : 0.0, t4.y < nj ? s[t4.y] : 0.0, t4.z < nj ? s[t4.z] : 0.0,
+                            t4.w < nj ? s[t4.w] : 0.0);
+        add_weighted_v4(p, vrow0 + uvec4(min(t4, ivec4(nj - 1))) * vstride);
+      }
+    } else {
+      for (int t = 0; t < nj; ++t)
+        if (s[t] != 0.0) add_weighted_v(s[t], vrow0 + uint(t) * vstride);
+    }
+  }
+
+  const uint obase = uint(((b * pc.Tq + i) * pc.Hq + h) * pc.Dv);
+  const uint lse_at = uint((b * pc.Hq + h) * pc.Tq + i);
+  // A fully masked row (or one whose every logit underflowed to 0 weight) gives 0 and -inf.
+  if (!seen || !(l > 0.0)) {
+    if (has(FLAG_LSE)) lse_f32[lse_at] = uintBitsToFloat(0xff800000u);
+    for (int d = 0; d < pc.Dv; ++d) out_f32[obase + uint(d)] = 0.0;
+    return;
+  }
+  // lse is over the visible keys only; a sink adds probability mass without value.
+  if (has(FLAG_LSE)) lse_f32[lse_at] = m + log(l);
+  float denom = l;
+  if (has(FLAG_SINKS)) denom += exp(sinks_f32[h] - m);
+  for (int d = 0; d < pc.Dv; ++d) out_f32[obase + uint(d)] = acc[d] / denom;
+}

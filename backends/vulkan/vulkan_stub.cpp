@@ -1,0 +1,58 @@
+// The Vulkan backend when it is not built (ATTNOPS_WITH_VULKAN=OFF, or no loader / glslc at
+// configure time): no devices, never available, run() throws Error(backend_unavailable).
+#include "attnops/error.h"
+#include "backends/vulkan/vulkan_backend.h"
+#include "backends/vulkan/vulkan_debug.h"
+#include "backends/vulkan/vulkan_sgemm.h"
+
+namespace attnops::vulkan {
+
+namespace {
+constexpr const char* kWhy = "built without Vulkan (ATTNOPS_WITH_VULKAN=OFF or loader/glslc not found)";
+}  // namespace
+
+bool compiled_in() {
+  return false;
+}
+std::vector<GpuDeviceInfo> list_devices(const GpuSettings&) {
+  return {};
+}
+Availability availability(const GpuSettings&) {
+  return {false, kWhy};
+}
+std::optional<Reason> check_inputs(Kernel, const AttentionProblem&, const GpuSettings&) {
+  return Reason{ReasonCode::backend_unavailable, kWhy};
+}
+void run(Kernel, const AttentionProblem&, const BlockMap*, const GpuSettings&, AttentionBuffers&) {
+  throw Error(ErrorCode::backend_unavailable, kWhy);
+}
+
+void sgemm(const float*, const float*, float*, std::int64_t, std::int64_t, std::int64_t, const GpuSettings&) {
+  throw Error(ErrorCode::backend_unavailable, kWhy);
+}
+
+namespace debug {
+bool validation_enabled() {
+  return false;
+}
+ValidationCounts validation_counts() {
+  return {};
+}
+std::vector<std::string> validation_messages() {
+  return {};
+}
+void reset_validation_counts() {}
+void set_inject_fault(bool) {}
+bool inject_fault_active() {
+  return false;
+}
+void set_max_buffer_bytes(std::uint64_t) {}
+std::uint64_t max_buffer_bytes() {
+  return 0;
+}
+void plant_mistake(Mistake, const GpuSettings&) {
+  throw Error(ErrorCode::backend_unavailable, kWhy);
+}
+}  // namespace debug
+
+}  // namespace attnops::vulkan

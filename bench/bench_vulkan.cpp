@@ -1,0 +1,127 @@
+// The Vulkan backend's speed through the public API (forward_gpu), on whatever device qualifies;
+// lavapipe is allowed here, so on a host without a GPU this measures the software rasterizer,
+// a correctness target that is not expected to be fast (see ../shared/design/anchors.md).
+//
+//   bench_vulkan --benchmark_filter=VulkanSgemm/       SGEMM N^3 shader (the device's ceiling proxy)
+//   bench_vulkan --benchmark_filter=VulkanAttention/
+//
+// Names: VulkanAttention/<op>/<dtype>/<causal|full>/B1_H<H>_T<T>_D<D>. Every call goes through
+// attnops::registry().get(op, metadata) with metadata.backends = {gpu}, gpu.allow_software = true
+// and the operator's fallbacks off; upload, dispatch and read back are inside the timing (what a
+// user gets). The label names the backend that really ran (a benchmark that did not run on the
+// gpu says so and is skipped).
+//
+// Counter GFLOPs (Sgemm): 2 * N^3 / time, upload and read back included.
+// Counter GFLOPs_visible: 4 * B * Hq * D * visible_pairs / time (2 flops per multiply-add, two
+// products q.k and p.v, D == Dv): T^2 pairs for full, T(T+1)/2 for causal.
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "attnops/attnops.h"
+#include "backends/vulkan/vulkan_sgemm.h"
+
+namespace {
+
+using attnops::Backend;
+using attnops::DType;
+using attnops::Tensor;
+
+Tensor filled(DType dt, std::vector<std::int64_t> shape, unsigned seed) {
+  Tensor t(dt, std::move(shape));
+  std::uint32_t x = seed * 2654435761u + 1u;
+  for (std::int64_t i = 0; i < t.numel(); ++i) {
+    x = x * 1664525u + 1013904223u;  // LCG: fast, deterministic, values in [-1, 1)
+    t.set(static_cast<std::size_t>(i), static_cast<float>(x >> 8) / 8388608.f - 1.f);
+  }
+  return t;
+}
+
+struct Shape {
+  std::int64_t B, H, T, D;
+};
+
+void run_attention(benchmark::State& state, const std::string& op, DType dt, bool causal, Shape s) {
+  const Tensor q = filled(dt, {s.B, s.T, s.H, s.D}, 1), k = filled(dt, {s.B, s.T, s.H, s.D}, 2),
+               v = filled(dt, {s.B, s.T, s.H, s.D}, 3);
+  attnops::OperationMetadata md = attnops::registry().entry(op).defaults;
+  md.backends = {Backend::gpu};
+  md.gpu.allow_software = true;
+  md.fallbacks = attnops::FallbackPolicy{};
+  const attnops::Attention attn = attnops::registry().get(op, md);
+  attnops::AttentionOptions opt;
+  opt.causal = causal;
+  const attnops::DispatchDecision plan = attn.plan(q, k, v, opt);
+  if (plan.backend != Backend::gpu) {
+    state.SkipWithError(("not on the gpu: " + plan.to_log_line()).c_str());
+    return;
+  }
+  for (auto _ : state) {
+    attnops::AttentionOutput out = attn(q, k, v, opt);
+    benchmark::DoNotOptimize(out.attention_outputs.data());
+  }
+  const double T = static_cast<double>(s.T);
+  const double pairs = causal ? T * (T + 1) / 2 : T * T;
+  state.counters["GFLOPs_visible"] =
+      benchmark::Counter(4.0 * static_cast<double>(s.B * s.H * s.D) * pairs * 1e-9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(plan.op + "/" + std::string(attnops::backend_name(plan.backend)));
+}
+
+void BM_VulkanSgemm(benchmark::State& state) {
+  const std::int64_t n = state.range(0);
+  const Tensor a = filled(DType::f32, {n, n}, 1), b = filled(DType::f32, {n, n}, 2);
+  Tensor c(DType::f32, {n, n});
+  attnops::GpuSettings gpu;
+  gpu.allow_software = true;
+  try {
+    for (auto _ : state) {
+      attnops::vulkan::sgemm(a.data_as<float>(), b.data_as<float>(), c.data_as<float>(), n, n, n, gpu);
+      benchmark::DoNotOptimize(c.data());
+    }
+  } catch (const attnops::Error& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  const double nd = static_cast<double>(n);
+  state.counters["GFLOPs"] =
+      benchmark::Counter(2.0 * nd * nd * nd * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_VulkanSgemm)
+    ->Name("VulkanSgemm")
+    ->Arg(256)
+    ->Arg(512)
+    ->Arg(1024)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void register_all() {
+  const Shape shapes[] = {{1, 4, 128, 64}, {1, 4, 512, 64}, {1, 4, 512, 128}, {1, 8, 1024, 64}};
+  for (const char* op : {"vanilla", "flash_attn2"})
+    for (DType dt : {DType::f32, DType::f16})
+      for (bool causal : {true, false})
+        for (const Shape& s : shapes) {
+          const std::string name = std::string("VulkanAttention/") + op + "/" +
+                                   std::string(attnops::dtype_name(dt)) + (causal ? "/causal/" : "/full/") +
+                                   "B" + std::to_string(s.B) + "_H" + std::to_string(s.H) + "_T" +
+                                   std::to_string(s.T) + "_D" + std::to_string(s.D);
+          benchmark::RegisterBenchmark(name.c_str(),
+                                       [=](benchmark::State& st) { run_attention(st, op, dt, causal, s); })
+              ->Unit(benchmark::kMillisecond)
+              ->UseRealTime()
+              ->MinTime(0.2);
+        }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  register_all();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
