@@ -1,0 +1,228 @@
+// Decode path of VanillaAttn::forward_cpu; see vanilla_decode.h for the design.
+//
+// Memory order matters more than arithmetic here. In BTHD the kv heads of one position are
+// adjacent ([Hkv, D] contiguous per position), while one head's consecutive positions are
+// Hkv * D elements apart (8 KiB for Hkv = 16, D = 128 f32: a new 4 KiB page per row). So a task
+// owns a range of positions of one batch for ALL kv heads and walks K and V position by position,
+// head by head: the reads are sequential in memory, the prefetchers and the TLB see a stream.
+//
+// Task = (batch b, split s of the kv range). Per task and per kv block of kBlock positions:
+//   1. scores  S[hk][r][jj] = scale * q_r . k[b, j0 + jj, hk]   (position-major walk of K, with
+//      prefetches of the same positions' V rows)
+//   2. per row: soft cap, bias, mask, segments; online softmax update of (m, l) and acc rescale
+//   3. acc[hk][r] += sum_jj P[hk][r][jj] * v[b, j0 + jj, hk]     (head by head, from cache, the
+//      accumulators of a 64-column slice held in registers)
+// Row r of kv head hk is q head hk * G + r / Tq, query r % Tq (all G q heads of the group share
+// every K and V read). Partial (m, l, acc) of each split are merged afterwards in split order.
+//
+// GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics (_mm512_undefined_*,
+// reached through _mm512_reduce_add_ps) once they are inlined here: a false positive in system
+// headers, silenced so the build stays warning-clean.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include "backends/cpu/vanilla_decode.h"
+
+#include <omp.h>
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "backends/cpu/vanilla_rows.h"
+#include "backends/cpu/vanilla_simd.h"
+
+namespace attnops::cpu {
+namespace {
+
+using vanilla::i64;
+
+// Positions per block: scores of a block are turned into probabilities together (one max, one
+// rescale of acc per block and row), while K and V of the block (32 x Hkv x D: 256 KiB each at
+// Hkv = 16, D = 128, f32) stay in L2. Measured: 32 beats 16 (per-block overheads) and 64.
+constexpr i64 kBlock = 32;
+// A kv split shorter than this costs more in task overhead and merging than it gains.
+constexpr i64 kMinSplitKeys = 128;
+
+// Address of element (b, t, h, 0) of a BTHD view, in bytes.
+const char* row_ptr(const TensorView& x, i64 b, i64 t, i64 h) {
+  const i64 off = b * x.stride(0) + t * x.stride(1) + h * x.stride(2);
+  return static_cast<const char*>(x.data()) + off * static_cast<i64>(dtype_size(x.dtype()));
+}
+
+// Everything one decode call shares between its tasks.
+struct DecodeJob {
+  const AttentionProblem& p;
+  i64 G, R, nsplit, tasks;
+  // Partial results per (task, kv head, row): unnormalised output [Dv] and (max, sum).
+  std::vector<float> part_acc;
+  std::vector<vanilla::OnlineRow> part_state;
+};
+
+// Per-thread scratch, sized once per call.
+struct DecodeScratch {
+  std::vector<float> Qs;              // [Hkv][R][D], pre-scaled fp32 queries
+  std::vector<float> S;               // [Hkv][R][kBlock] logits, then probabilities
+  std::vector<vanilla::RowMask> rm;   // [Hkv][R]
+  std::vector<i64> head_lo, head_hi;  // [Hkv] union of the visible ranges of a head's rows
+  std::vector<char> head_active;      // [Hkv] head has visible columns in the current block
+};
+
+template <class T>
+void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
+  const AttentionProblem& p = job.p;
+  const i64 G = job.G, R = job.R, Tq = p.Tq, Tk = p.Tk, D = p.D, Dv = p.Dv, Hkv = p.Hkv;
+  const i64 b = t / job.nsplit, split = t % job.nsplit;
+
+  // Visible kv ranges: per head (to skip blocks a head cannot see) and their union over the
+  // heads, which the splits divide (so a sliding-window decode spreads its window, not [0, Tk)).
+  i64 lo = Tk, hi = 0;
+  for (i64 hk = 0; hk < Hkv; ++hk) {
+    i64 hl = Tk, hh = 0;
+    for (i64 r = 0; r < R; ++r) {
+      const vanilla::RowMask m = vanilla::row_mask(p, hk * G + r / Tq, r % Tq);
+      w.rm[hk * R + r] = m;
+      if (m.hi > m.lo) {
+        hl = std::min(hl, m.lo);
+        hh = std::max(hh, m.hi);
+      }
+    }
+    w.head_lo[hk] = hl;
+    w.head_hi[hk] = hh;
+    if (hh > hl) {
+      lo = std::min(lo, hl);
+      hi = std::max(hi, hh);
+    }
+  }
+  if (hi <= lo) return;  // every row fully masked: partial states stay (-inf, 0)
+  const i64 s0 = lo + (hi - lo) * split / job.nsplit, s1 = lo + (hi - lo) * (split + 1) / job.nsplit;
+  if (s1 <= s0) return;
+
+  const float scale = static_cast<float>(p.scale);
+  for (i64 hq = 0; hq < p.Hq; ++hq)  // row r of head hk sits at (hk * R + r) * D, r = g * Tq + i
+    vanilla::load_rows_f32(row_ptr(p.q, b, 0, hq), p.dtype, p.q.stride(1), Tq, D, w.Qs.data() + hq * Tq * D,
+                           D, scale);
+  float* acc = job.part_acc.data() + t * Hkv * R * Dv;
+  vanilla::OnlineRow* st = job.part_state.data() + t * Hkv * R;
+  const i64 ldk = p.k.stride(1) * static_cast<i64>(dtype_size(p.dtype)),
+            ldv = p.v.stride(1) * static_cast<i64>(dtype_size(p.dtype));  // bytes between positions
+
+  for (i64 j0 = s0; j0 < s1; j0 += kBlock) {
+    const i64 n = std::min(kBlock, s1 - j0);
+    for (i64 hk = 0; hk < Hkv; ++hk) w.head_active[hk] = j0 < w.head_hi[hk] && j0 + n > w.head_lo[hk];
+
+    const char* krow = row_ptr(p.k, b, j0, 0);
+    const char* vrow = row_ptr(p.v, b, j0, 0);
+    for (i64 jj = 0; jj < n; ++jj, krow += ldk, vrow += ldv) {
+      for (i64 hk = 0; hk < Hkv; ++hk) {
+        if (!w.head_active[hk]) continue;
+        const T* k = reinterpret_cast<const T*>(krow) + hk * p.k.stride(2);
+        vanilla::dot_key(w.Qs.data() + hk * R * D, D, R, k, D, w.S.data() + hk * R * kBlock + jj, kBlock);
+        // This block's V rows, in address order, while the keys are scored: step 3 below then
+        // reads them head by head from cache.
+        vanilla::prefetch_bytes(reinterpret_cast<const T*>(vrow) + hk * p.v.stride(2),
+                                Dv * static_cast<i64>(sizeof(T)));
+      }
+    }
+
+    for (i64 hk = 0; hk < Hkv; ++hk) {
+      if (!w.head_active[hk]) continue;
+      for (i64 r = 0; r < R; ++r) {
+        float* s = w.S.data() + (hk * R + r) * kBlock;
+        vanilla::finish_logits(p, b, hk * G + r / Tq, r % Tq, w.rm[hk * R + r], j0, j0 + n, s);
+        vanilla::online_update(s, n, st[hk * R + r], acc + (hk * R + r) * Dv, Dv);
+      }
+    }
+
+    const T* v0 = reinterpret_cast<const T*>(row_ptr(p.v, b, j0, 0));
+    for (i64 hk = 0; hk < Hkv; ++hk)
+      if (w.head_active[hk])
+        vanilla::pv_block(w.S.data() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2), p.v.stride(1), n,
+                          Dv, acc + hk * R * Dv, Dv);
+  }
+}
+
+// Merges the splits of row r of (b, hk) in split order (fixed, so the result is deterministic
+// for a given thread count), adds the sink to the normaliser, normalises and stores.
+void merge_row(const DecodeJob& job, AttentionBuffers& buffers, i64 b, i64 hk, i64 r, float* o) {
+  const AttentionProblem& p = job.p;
+  const i64 Hkv = p.Hkv, R = job.R, Dv = p.Dv, Tq = p.Tq;
+  const i64 hq = hk * job.G + r / Tq, i = r % Tq;
+  auto state = [&](i64 s) -> const vanilla::OnlineRow& {
+    return job.part_state[static_cast<std::size_t>(((b * job.nsplit + s) * Hkv + hk) * R + r)];
+  };
+  float M = vanilla::kNegInf;
+  for (i64 s = 0; s < job.nsplit; ++s) M = std::max(M, state(s).m);
+  float row_lse = vanilla::kNegInf;
+  std::fill(o, o + Dv, 0.f);
+  if (M != vanilla::kNegInf) {  // else fully masked: output 0, lse -inf
+    float L = 0.f;
+    for (i64 s = 0; s < job.nsplit; ++s) {
+      if (state(s).m == vanilla::kNegInf) continue;
+      const float w = std::exp(state(s).m - M);
+      L += state(s).l * w;
+      const float* a = job.part_acc.data() + (((b * job.nsplit + s) * Hkv + hk) * R + r) * Dv;
+      for (i64 c = 0; c < Dv; ++c) o[c] += w * a[c];
+    }
+    // The sink takes probability mass (normaliser) but is not part of the lse.
+    const float inv = 1.f / (L + (p.sinks ? std::exp(p.sinks[hq] - M) : 0.f));
+    for (i64 c = 0; c < Dv; ++c) o[c] *= inv;
+    row_lse = M + std::log(L);
+  }
+  const i64 es = static_cast<i64>(dtype_size(p.dtype));
+  vanilla::store_row(o, Dv, p.dtype,
+                     static_cast<char*>(buffers.out.data()) + (((b * Tq + i) * p.Hq + hq) * Dv) * es);
+  if (buffers.lse) buffers.lse->data_as<float>()[(b * p.Hq + hq) * Tq + i] = row_lse;
+}
+
+}  // namespace
+
+std::int64_t vanilla_decode_splits(const AttentionProblem& p, int threads) {
+  const i64 B = std::max<i64>(1, p.B);
+  // About four tasks per thread, so dynamic scheduling evens out kv ranges that masks made uneven.
+  const i64 want = (4 * static_cast<i64>(threads) + B - 1) / B;
+  const i64 most = std::max<i64>(1, p.Tk / kMinSplitKeys);
+  return std::clamp<i64>(want, 1, most);
+}
+
+void vanilla_decode(const AttentionProblem& p, AttentionBuffers& buffers, int threads) {
+  DecodeJob job{p, p.group(), p.group() * p.Tq, vanilla_decode_splits(p, threads), 0, {}, {}};
+  job.tasks = p.B * job.nsplit;
+  const i64 rows = job.tasks * p.Hkv * job.R;
+  job.part_acc.assign(static_cast<std::size_t>(rows * p.Dv), 0.f);
+  job.part_state.assign(static_cast<std::size_t>(rows), vanilla::OnlineRow{});
+
+#pragma omp parallel num_threads(threads)
+  {
+    DecodeScratch w;
+    w.Qs.resize(static_cast<std::size_t>(p.Hq * p.Tq * p.D));
+    w.S.resize(static_cast<std::size_t>(p.Hkv * job.R * kBlock));
+    w.rm.resize(static_cast<std::size_t>(p.Hkv * job.R));
+    w.head_lo.resize(static_cast<std::size_t>(p.Hkv));
+    w.head_hi.resize(static_cast<std::size_t>(p.Hkv));
+    w.head_active.resize(static_cast<std::size_t>(p.Hkv));
+
+#pragma omp for schedule(dynamic, 1)
+    for (i64 t = 0; t < job.tasks; ++t) {
+      switch (p.dtype) {
+        case DType::f16:
+          run_task<Eigen::half>(job, w, t);
+          break;
+        case DType::bf16:
+          run_task<Eigen::bfloat16>(job, w, t);
+          break;
+        default:
+          run_task<float>(job, w, t);
+          break;
+      }
+    }
+
+    std::vector<float> o(static_cast<std::size_t>(p.Dv));
+#pragma omp for schedule(static)
+    for (i64 pair = 0; pair < p.B * p.Hkv; ++pair)
+      for (i64 r = 0; r < job.R; ++r) merge_row(job, buffers, pair / p.Hkv, pair % p.Hkv, r, o.data());
+  }
+}
+
+}  // namespace attnops::cpu

@@ -1,0 +1,109 @@
+// Per-row logit and softmax steps of VanillaAttn::forward_cpu (private to backends/cpu/vanilla_*).
+//
+// Both vanilla paths (materialised scores, decode streaming) turn raw scaled scores into
+// probabilities with the same steps, in the order of the spec:
+//   s = scale * q.k  ->  s = cap * tanh(s / cap)  ->  s += bias  ->  s = -inf where masked
+//   (static mask, then segment ids)  ->  softmax over the visible columns plus the sink logit.
+// A row with no visible column gives probabilities 0 (so output 0) and lse -inf, never NaN.
+#pragma once
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "attnops/problem.h"
+#include "backends/cpu/vanilla_simd.h"
+
+namespace attnops::cpu::vanilla {
+
+using i64 = std::int64_t;
+inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// The visible columns of one (q head, q row) under the static mask: all lie in [lo, hi); when
+// `exact` they are exactly [lo, hi), otherwise Mask::visible decides per column inside it.
+struct RowMask {
+  i64 lo = 0, hi = 0;
+  bool exact = true;
+};
+
+inline RowMask row_mask(const AttentionProblem& p, i64 hq, i64 i) {
+  if (!p.has_mask()) return {0, p.Tk, true};
+  if (auto iv = p.mask.row_interval(hq, i, p.Tq, p.Tk))
+    return {iv->first, std::max(iv->first, iv->second), true};
+  return {0, p.Tk, false};
+}
+
+// Final logits of row (b, hq, i) for columns [j0, j1): s[0 .. j1-j0) holds scale * q.k on entry.
+// Soft cap and bias are evaluated only on columns the static mask can show (tanh is not free).
+inline void finish_logits(const AttentionProblem& p, i64 b, i64 hq, i64 i, const RowMask& rm, i64 j0, i64 j1,
+                          float* s) {
+  const i64 a = std::clamp(rm.lo, j0, j1), e = std::clamp(rm.hi, a, j1);
+  std::fill(s, s + (a - j0), kNegInf);
+  std::fill(s + (e - j0), s + (j1 - j0), kNegInf);
+  if (e <= a) return;
+  float* sv = s + (a - j0);
+  Eigen::Map<Eigen::ArrayXf> row(sv, e - a);
+  if (p.soft_cap) {
+    const float cap = static_cast<float>(*p.soft_cap);
+    row = cap * (row * (1.f / cap)).tanh();
+  }
+  if (p.bias) row += Eigen::Map<const Eigen::ArrayXf>(p.bias_row(b, hq, i) + a, e - a);
+  if (!rm.exact) {
+    for (i64 j = a; j < e; ++j)
+      if (!p.mask.visible(hq, i, j, p.Tq, p.Tk)) sv[j - a] = kNegInf;
+  }
+  if (p.seg_q) {
+    const std::int32_t sq = p.seg_q[b * p.Tq + i];
+    const std::int32_t* sk = p.seg_kv + b * p.Tk;
+    for (i64 j = a; j < e; ++j)
+      if (sk[j] != sq) sv[j - a] = kNegInf;
+  }
+}
+
+// Softmax of one fully materialised row in place (sink: the q head's sink logit or null).
+// Returns the row's lse = log(sum over visible keys of exp(s)): the sink joins the normaliser of
+// the probabilities but not the lse (as the oracle defines it). A fully masked row becomes all
+// zeros with lse -inf, sink or not. The shift is the visible max, so a sink far above every
+// logit cannot flush the lse to -inf; exp(sink - m) overflowing only drives the weights to 0,
+// which is their limit.
+inline float softmax_row(float* s, i64 n, const float* sink) {
+  const float m = n > 0 ? Eigen::Map<const Eigen::ArrayXf>(s, n).maxCoeff() : kNegInf;
+  if (m == kNegInf) {
+    std::fill(s, s + n, 0.f);
+    return kNegInf;
+  }
+  const float l = exp_shift_sum(s, n, m);
+  const float denom = l + (sink ? std::exp(*sink - m) : 0.f);
+  Eigen::Map<Eigen::ArrayXf>(s, n) *= 1.f / denom;
+  return m + std::log(l);
+}
+
+// Online-softmax state of one row over a stream of kv blocks (decode path): running max m,
+// running sum l of exp(s - m), and the unnormalised output acc [Dv].
+struct OnlineRow {
+  float m = kNegInf;
+  float l = 0.f;
+};
+
+// Folds one block of final logits s[0..n) into (st, acc): s becomes exp(s - m_new) (0 where
+// masked) for the P.V step, acc and l are rescaled to the new max.
+inline void online_update(float* s, i64 n, OnlineRow& st, float* acc, i64 Dv) {
+  const float bm = Eigen::Map<const Eigen::ArrayXf>(s, n).maxCoeff();
+  if (bm == kNegInf) {  // nothing visible in this block
+    std::fill(s, s + n, 0.f);
+    return;
+  }
+  const float mn = std::max(st.m, bm);
+  const float corr = std::exp(st.m - mn);  // 0 on the first visible block (st.m == -inf)
+  const float sum = exp_shift_sum(s, n, mn);
+  if (corr != 1.f) {
+    st.l *= corr;
+    Eigen::Map<Eigen::ArrayXf>(acc, Dv) *= corr;
+  }
+  st.l += sum;
+  st.m = mn;
+}
+
+}  // namespace attnops::cpu::vanilla

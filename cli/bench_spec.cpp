@@ -1,0 +1,142 @@
+#include "cli/bench_spec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include "attnops/decision.h"
+#include "attnops/error.h"
+#include "cli/settings.h"
+
+namespace attnops::cli {
+
+std::string BenchShape::label() const {
+  // Appends piece by piece: GCC 12 warns (-Wrestrict, a false positive) on "literal" + string.
+  std::string s = "B";
+  s += std::to_string(B);
+  s += " H";
+  s += std::to_string(Hq);
+  if (Hkv != Hq) {
+    s += '/';
+    s += std::to_string(Hkv);
+  }
+  s += " T";
+  s += std::to_string(Tq);
+  if (Tk != Tq) {
+    s += ':';
+    s += std::to_string(Tk);
+  }
+  s += " D";
+  s += std::to_string(D);
+  return s;
+}
+
+BenchShape parse_bench_shape(std::string_view text) {
+  const std::string what = "shape '" + std::string(text) + "'";
+  const auto parts = split(text, ',');
+  if (parts.size() != 4 && parts.size() != 5)
+    throw Error(ErrorCode::invalid_argument, what + ": expected B,H,T,D or B,H,T,D,Hkv (T may be Tq:Tk)");
+  BenchShape s;
+  s.B = parse_integer(parts[0], what + " B");
+  s.Hq = parse_integer(parts[1], what + " H");
+  const auto t = split(parts[2], ':');
+  if (t.size() > 2) throw Error(ErrorCode::invalid_argument, what + ": T is Tq or Tq:Tk");
+  s.Tq = parse_integer(t[0], what + " Tq");
+  s.Tk = t.size() == 2 ? parse_integer(t[1], what + " Tk") : s.Tq;
+  s.D = parse_integer(parts[3], what + " D");
+  s.Hkv = parts.size() == 5 ? parse_integer(parts[4], what + " Hkv") : s.Hq;
+  if (s.B < 1 || s.Hq < 1 || s.Hkv < 1 || s.Tq < 1 || s.Tk < 1 || s.D < 1 || s.Hq % s.Hkv != 0)
+    throw Error(ErrorCode::invalid_argument, what + ": every size must be >= 1 and H a multiple of Hkv");
+  return s;
+}
+
+std::vector<BenchShape> parse_bench_shapes(std::string_view text) {
+  std::vector<BenchShape> out;
+  for (const std::string& piece : split(text, ';'))
+    if (!piece.empty()) out.push_back(parse_bench_shape(piece));
+  if (out.empty()) throw Error(ErrorCode::invalid_argument, "--shapes: no shape given");
+  return out;
+}
+
+std::vector<bool> parse_causal_mode(std::string_view text) {
+  if (text == "true" || text == "causal") return {true};
+  if (text == "false" || text == "non_causal") return {false};
+  if (text == "both") return {true, false};
+  throw Error(ErrorCode::invalid_argument,
+              "causal: expected true, false or both, got '" + std::string(text) + "'");
+}
+
+namespace {
+
+[[noreturn]] void bad(const std::string& file, const YAML::Node& n, const std::string& key,
+                      const std::string& what) {
+  throw Error(ErrorCode::config_error, file + ":" + std::to_string(n.Mark().line + 1) + ":" +
+                                           std::to_string(n.Mark().column + 1) + ": " + key + ": " + what);
+}
+
+std::vector<std::string> strings(const std::string& file, const YAML::Node& n, const std::string& key) {
+  std::vector<std::string> out;
+  if (n.IsScalar()) return {n.as<std::string>()};
+  if (!n.IsSequence()) bad(file, n, key, "expected a list");
+  for (const auto& e : n) {
+    if (!e.IsScalar()) bad(file, e, key, "expected a list of strings");
+    out.push_back(e.as<std::string>());
+  }
+  return out;
+}
+
+}  // namespace
+
+BenchSpec load_bench_file(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw Error(ErrorCode::io_error, "bench file '" + path + "': cannot open");
+  } catch (const YAML::Exception& e) {
+    throw Error(ErrorCode::config_error, "bench file '" + path + "': " + e.what());
+  }
+  BenchSpec spec;
+  if (root.IsNull()) return spec;
+  if (!root.IsMap())
+    throw Error(ErrorCode::config_error, "bench file '" + path + "': expected a mapping at the top");
+  for (const auto& kv : root) {
+    const std::string key = kv.first.as<std::string>();
+    const YAML::Node& v = kv.second;
+    try {
+      if (key == "ops") {
+        spec.ops = strings(path, v, key);
+      } else if (key == "backends") {
+        spec.backends = strings(path, v, key);
+        for (const auto& b : spec.backends) parse_backend_list(b);  // validate now, with the file named
+      } else if (key == "shapes") {
+        spec.shapes.clear();
+        for (const auto& s : strings(path, v, key)) spec.shapes.push_back(parse_bench_shape(s));
+      } else if (key == "dtypes") {
+        spec.dtypes.clear();
+        for (const auto& s : strings(path, v, key)) {
+          const auto d = parse_dtype(s);
+          if (!d || !is_float(*d)) bad(path, v, key, "expected f32, f16 or bf16, got '" + s + "'");
+          spec.dtypes.push_back(*d);
+        }
+      } else if (key == "causal") {
+        spec.causal = parse_causal_mode(v.as<std::string>());
+      } else if (key == "repeats") {
+        spec.repeats = v.as<int>();
+        if (spec.repeats < 1) bad(path, v, key, "expected >= 1");
+      } else if (key == "sgemm") {
+        spec.sgemm = v.as<int>();
+        if (spec.sgemm < 0) bad(path, v, key, "expected >= 0");
+      } else {
+        bad(path, kv.first, key,
+            "unknown key (expected ops, backends, shapes, dtypes, causal, repeats, sgemm)");
+      }
+    } catch (const YAML::Exception& e) {
+      bad(path, v, key, std::string("wrong type (") + e.what() + ")");
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::config_error) throw;
+      bad(path, v, key, e.what());
+    }
+  }
+  return spec;
+}
+
+}  // namespace attnops::cli

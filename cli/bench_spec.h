@@ -1,0 +1,47 @@
+// What `attnops bench` sweeps: operators x backends x shapes x dtypes x causal, from flags or a
+// YAML bench file (flags win). Bench file schema (every key optional):
+//
+//   ops: [vanilla, blocksparse, flash_attn2]   # default: every registered operator
+//   backends: [auto]                            # each entry: auto or native|cpu|gpu|tpu
+//   shapes: ["1,8,512,64", "1,8,1:2048,64,2"]   # B,Hq,T,D[,Hkv]; T is Tq=Tk or Tq:Tk
+//   dtypes: [f32]                               # f32|f16|bf16
+//   causal: both                                # true | false | both
+//   repeats: 3                                  # timed runs per row (the median is reported)
+//   sgemm: 1024                                 # size n of the n x n x n Eigen SGEMM row; 0 = none
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnops/dtype.h"
+
+namespace attnops::cli {
+
+struct BenchShape {
+  std::int64_t B = 1, Hq = 8, Hkv = 8, Tq = 512, Tk = 512, D = 64;
+  std::string label() const;  // "B1 H8/2 T512:1024 D64" (Hkv and Tk shown when they differ)
+};
+
+struct BenchSpec {
+  std::vector<std::string> ops;  // empty = every registered operator
+  std::vector<std::string> backends{"auto"};
+  std::vector<BenchShape> shapes;
+  std::vector<DType> dtypes{DType::f32};
+  std::vector<bool> causal{true};
+  int repeats = 3;
+  int sgemm = 1024;
+};
+
+// "B,H,T,D[,Hkv]" with T = "Tq" or "Tq:Tk". Error(invalid_argument) naming the text otherwise.
+BenchShape parse_bench_shape(std::string_view text);
+// "B,H,T,D;B,H,T,D;..."
+std::vector<BenchShape> parse_bench_shapes(std::string_view text);
+// "true"/"causal" -> {true}; "false"/"non_causal" -> {false}; "both" -> {true, false}.
+std::vector<bool> parse_causal_mode(std::string_view text);
+
+// Reads a bench file; Error(config_error) naming the file and the key for a wrong value.
+BenchSpec load_bench_file(const std::string& path);
+
+}  // namespace attnops::cli

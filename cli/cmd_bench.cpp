@@ -1,0 +1,369 @@
+// `attnops bench`: a sweep of operators x backends x shapes x dtypes x causal, timed on this
+// machine, with an Eigen SGEMM row measured in the same run as the yardstick.
+//
+// Each row: the operator asked for and the one that ran, the backend actually used (from the
+// decision), the median time over --repeats samples (each the mean of enough calls to last
+// >= 20 ms), GFLOP/s and the max error against the fp64 oracle on a small verification run of
+// the same configuration (same operator, backend, dtype, mask, heads and head_dim; sequence
+// lengths cut to <= 256, keeping Tq == 1 and Tq % 128 != 0 as they were so that the same
+// fallbacks apply).
+//
+// GFLOP/s = 2 * (D + Dv) * B * Hq * (visible (q, k) pairs) / time: 4*B*Hq*Tq*Tk*D for a dense
+// mask, only the visible pairs for causal (about half), as the benchmarks of flash attention do.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "attnops/attnops.h"
+#include "backends/common/block_map.h"
+#include "backends/common/block_map_impl.h"
+#include "cli/bench_spec.h"
+#include "cli/commands.h"
+#include "cli/decision_text.h"
+#include "cli/inputs.h"
+#include "cli/plot.h"
+#include "cli/progress.h"
+#include "cli/settings.h"
+#include "cli/sgemm.h"
+#include "cli/verify.h"
+
+namespace attnops::cli {
+namespace {
+
+constexpr const char* kFlopsNote =
+    "GFLOP/s = 4*B*Hq*D*(visible q,k pairs)/time: dense rows count Tq*Tk pairs, causal rows only the visible "
+    "ones (about half)";
+
+struct BenchArgs {
+  std::string file, ops, backends, shapes, dtypes, config, csv, json, plot;
+  bool causal = false, no_causal = false, both = false, progress = false, no_progress = false;
+  int repeats = 0, threads = 0, sgemm = -1;
+};
+
+struct Row {
+  std::string op, backend_requested;  // what was asked for
+  std::string ran, backend;           // what the decision says ran
+  std::string reasons;                // reason codes, comma separated
+  BenchShape shape;
+  DType dtype = DType::f32;
+  bool causal = true;
+  double median_ms = NAN, gflops = NAN, vs_sgemm = NAN, max_err = NAN;
+  std::string error;  // when the row could not run
+};
+
+// Visible (q, k) pairs of one head, as the kernels' block map counts them.
+double visible_pairs(const AttentionProblem& p) {
+  return get_block_map(p.mask, p.Hq, p.Tq, p.Tk, p.blocksize_q, p.blocksize_k)->visible_pairs_per_head();
+}
+
+// The verification shape: the same routing (Tq == 1, Tq % 128) at a size the oracle checks fast.
+BenchShape verification_shape(const BenchShape& s) {
+  BenchShape v = s;
+  auto cut = [](std::int64_t t) { return t <= 256 ? t : (t % 128 == 0 ? 256 : 200); };
+  v.Tq = cut(s.Tq);
+  v.Tk = s.Tk == s.Tq ? v.Tq : std::max(v.Tq, std::min<std::int64_t>(s.Tk, 512));
+  v.B = 1;
+  return v;
+}
+
+Qkv make_inputs(const BenchShape& s, DType dtype, std::uint64_t seed) {
+  return random_qkv(s.B, s.Tq, s.Tk, s.Hq, s.Hkv, s.D, dtype, seed);
+}
+
+void run_row(Row& row, const Config& base, const Overrides& threads, int repeats) {
+  Config config = base;
+  Overrides o = threads;
+  o.backends = parse_backend_list(row.backend_requested);
+  apply_overrides(config, o);
+  const Attention attn = registry().get(row.op, config);
+  AttentionOptions opts;
+  opts.causal = row.causal;
+
+  const Qkv in = make_inputs(row.shape, row.dtype, 7);
+  using Clock = std::chrono::steady_clock;
+  const auto elapsed_ms = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  };
+  AttentionOutput r = attn(in.q, in.k, in.v, opts);  // warm-up: allocations, pipelines, block maps
+  // Each timed sample repeats the call until it has lasted >= kMinSampleMs (at most kMaxCalls
+  // calls), so that short calls are not rounded to the scheduler's time slice on a busy machine;
+  // the sample is the mean time per call.
+  constexpr double kMinSampleMs = 20;
+  constexpr int kMaxCalls = 1000;
+  std::vector<double> ms;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t0 = Clock::now();
+    int calls = 0;
+    double total = 0;
+    do {
+      r = attn(in.q, in.k, in.v, opts);
+      ++calls;
+      total = elapsed_ms(t0);
+    } while (total < kMinSampleMs && calls < kMaxCalls);
+    ms.push_back(total / calls);
+  }
+  std::sort(ms.begin(), ms.end());
+  row.median_ms = ms[ms.size() / 2];
+  row.ran = r.decision.op;
+  row.backend = std::string(backend_name(r.decision.backend));
+  row.reasons = reason_codes(r.decision);
+  const OperationMetadata& md = metadata_that_ran(attn, r.decision);
+  const AttentionProblem p = make_problem(in.q, in.k, in.v, opts, md);
+  row.gflops = attention_flops(p, visible_pairs(p)) / (row.median_ms * 1e6);
+
+  const Qkv small = make_inputs(verification_shape(row.shape), row.dtype, 11);
+  const AttentionOutput sr = attn(small.q, small.k, small.v, opts);
+  const OperationMetadata& smd = metadata_that_ran(attn, sr.decision);
+  row.max_err = max_error_vs_oracle(small.q, small.k, small.v, opts, smd, sr.attention_outputs);
+}
+
+std::string fmt(const char* f, double v) {
+  if (std::isnan(v)) return "-";
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmResult& sgemm) {
+  out << "# " << kFlopsNote << "\n";
+  char line[512];
+  std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-22s %-5s %-6s %10s %9s %8s %9s  %s\n", "operator",
+                "asked", "ran", "backend", "shape", "dtype", "causal", "median_ms", "GFLOP/s", "vs_sgemm",
+                "max_err", "reasons");
+  out << line;
+  if (sgemm.n > 0) {
+    const std::string shape = std::to_string(sgemm.n) + "^3";
+    std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-22s %-5s %-6s %10.3f %9.1f %8.2f %9s  %s\n",
+                  "eigen_sgemm", "-", "sgemm", "cpu", shape.c_str(), "f32", "-", sgemm.median_ms,
+                  sgemm.gflops, 1.0, "-", "");
+    out << line;
+  }
+  for (const Row& r : rows) {
+    std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-22s %-5s %-6s %10s %9s %8s %9s  %s\n",
+                  r.op.c_str(), r.backend_requested.c_str(), r.ran.empty() ? "-" : r.ran.c_str(),
+                  r.backend.empty() ? "-" : r.backend.c_str(), r.shape.label().c_str(),
+                  std::string(dtype_name(r.dtype)).c_str(), r.causal ? "yes" : "no",
+                  fmt("%.3f", r.median_ms).c_str(), fmt("%.1f", r.gflops).c_str(),
+                  fmt("%.3f", r.vs_sgemm).c_str(), fmt("%.2e", r.max_err).c_str(),
+                  r.error.empty() ? r.reasons.c_str() : ("error: " + r.error).c_str());
+    out << line;
+  }
+}
+
+// A CSV field in double quotes, with inner quotes doubled (RFC 4180).
+std::string csv_quote(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+void write_csv(const std::string& path, const std::vector<Row>& rows, const SgemmResult& sgemm) {
+  std::ofstream f(path);
+  if (!f) throw Error(ErrorCode::io_error, "--csv " + path + ": cannot open for writing");
+  f << "operator,backend_requested,ran,backend,B,Hq,Hkv,Tq,Tk,D,dtype,causal,"
+       "median_ms,gflops,vs_sgemm,max_err,reasons,error\n";
+  auto num = [](double v) { return std::isfinite(v) ? fmt("%.6g", v) : std::string(); };
+  if (sgemm.n > 0)
+    f << "eigen_sgemm,,sgemm,cpu,,,,,," << sgemm.n << ",f32,," << num(sgemm.median_ms) << ","
+      << num(sgemm.gflops) << ",1,,,\n";
+  for (const Row& r : rows)
+    f << r.op << "," << r.backend_requested << "," << r.ran << "," << r.backend << "," << r.shape.B << ","
+      << r.shape.Hq << "," << r.shape.Hkv << "," << r.shape.Tq << "," << r.shape.Tk << "," << r.shape.D << ","
+      << dtype_name(r.dtype) << "," << (r.causal ? "true" : "false") << "," << num(r.median_ms) << ","
+      << num(r.gflops) << "," << num(r.vs_sgemm) << "," << num(r.max_err) << "," << csv_quote(r.reasons)
+      << "," << csv_quote(r.error) << "\n";
+  if (!f) throw Error(ErrorCode::io_error, "--csv " + path + ": write failed");
+}
+
+void write_json(const std::string& path, const std::vector<Row>& rows, const SgemmResult& sgemm) {
+  nlohmann::json j;
+  j["flops_convention"] = kFlopsNote;
+  if (sgemm.n > 0) j["sgemm"] = {{"n", sgemm.n}, {"median_ms", sgemm.median_ms}, {"gflops", sgemm.gflops}};
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  j["rows"] = nlohmann::json::array();
+  for (const Row& r : rows)
+    j["rows"].push_back({{"operator", r.op},
+                         {"backend_requested", r.backend_requested},
+                         {"ran", r.ran},
+                         {"backend", r.backend},
+                         {"B", r.shape.B},
+                         {"Hq", r.shape.Hq},
+                         {"Hkv", r.shape.Hkv},
+                         {"Tq", r.shape.Tq},
+                         {"Tk", r.shape.Tk},
+                         {"D", r.shape.D},
+                         {"dtype", std::string(dtype_name(r.dtype))},
+                         {"causal", r.causal},
+                         {"median_ms", num(r.median_ms)},
+                         {"gflops", num(r.gflops)},
+                         {"vs_sgemm", num(r.vs_sgemm)},
+                         {"max_err", num(r.max_err)},
+                         {"reasons", r.reasons},
+                         {"error", r.error}});
+  std::ofstream f(path);
+  if (!f) throw Error(ErrorCode::io_error, "--json " + path + ": cannot open for writing");
+  f << j.dump(2) << "\n";
+  if (!f) throw Error(ErrorCode::io_error, "--json " + path + ": write failed");
+}
+
+void plot_rows(const std::string& path, const std::vector<Row>& rows, const SgemmResult& sgemm,
+               bool both_causal, bool several_dtypes) {
+  PlotSpec spec;
+  spec.title = "attnops bench: GFLOP/s per shape (causal rows count visible pairs only)";
+  spec.ylabel = "GFLOP/s";
+  std::map<std::string, std::size_t> category_index;
+  std::map<std::string, std::size_t> series_index;
+  std::map<std::string, std::set<std::string>> ran_on;
+  // x: one category per shape (and dtype when several); one series per operator/backend asked
+  // for (and causal mode when both are swept).
+  const auto category_of = [&](const Row& r) {
+    return several_dtypes ? r.shape.label() + " " + std::string(dtype_name(r.dtype)) : r.shape.label();
+  };
+  const auto series_of = [&](const Row& r) {
+    std::string key = r.op + "/" + r.backend_requested;
+    if (both_causal) key += r.causal ? " causal" : " non-causal";
+    return key;
+  };
+  for (const Row& r : rows) {
+    const std::string cat = category_of(r);
+    if (!category_index.count(cat)) {
+      category_index[cat] = spec.categories.size();
+      spec.categories.push_back(cat);
+    }
+    const std::string key = series_of(r);
+    if (!series_index.count(key)) {
+      series_index[key] = spec.series.size();
+      spec.series.push_back({key, {}});
+    }
+    if (!r.backend.empty()) ran_on[key].insert(r.ran + "@" + r.backend);
+  }
+  for (auto& s : spec.series) {
+    s.values.assign(spec.categories.size(), NAN);
+    std::string ran;
+    for (const auto& x : ran_on[s.name]) {
+      if (!ran.empty()) ran += ", ";
+      ran += x;
+    }
+    if (!ran.empty()) s.name += " (ran " + ran + ")";
+  }
+  for (const Row& r : rows)
+    spec.series[series_index[series_of(r)]].values[category_index[category_of(r)]] = r.gflops;
+  if (sgemm.n > 0) spec.hlines.emplace_back("Eigen SGEMM " + std::to_string(sgemm.n) + "^3", sgemm.gflops);
+  write_plot(spec, path);
+}
+
+int bench(const BenchArgs& a) {
+  BenchSpec spec = a.file.empty() ? BenchSpec{} : load_bench_file(a.file);
+  if (!a.ops.empty()) spec.ops = split(a.ops, ',');
+  if (!a.backends.empty()) spec.backends = split(a.backends, ',');
+  for (const auto& b : spec.backends) parse_backend_list(b);  // reject typos before any timing
+  if (!a.shapes.empty()) spec.shapes = parse_bench_shapes(a.shapes);
+  if (spec.shapes.empty()) spec.shapes = {parse_bench_shape("1,8,512,64")};
+  if (!a.dtypes.empty()) {
+    spec.dtypes.clear();
+    for (const auto& s : split(a.dtypes, ',')) {
+      const auto d = parse_dtype(s);
+      if (!d || !is_float(*d))
+        throw Error(ErrorCode::invalid_argument, "--dtypes: unknown float dtype '" + s + "'");
+      spec.dtypes.push_back(*d);
+    }
+  }
+  if (a.causal) spec.causal = {true};
+  if (a.no_causal) spec.causal = {false};
+  if (a.both) spec.causal = {true, false};
+  if (a.repeats > 0) spec.repeats = a.repeats;
+  if (a.sgemm >= 0) spec.sgemm = a.sgemm;
+  if (spec.ops.empty()) spec.ops = registry().list();
+  for (const auto& op : spec.ops) registry().canonical(op);  // unknown names fail before any timing
+  if (!a.plot.empty()) plot_terminal(a.plot);                // so does a plot file gnuplot cannot write
+
+  const Config config = load_optional_config(a.config);
+  Overrides threads;
+  if (a.threads > 0) threads.num_threads = a.threads;
+
+  std::vector<Row> rows;
+  for (const auto& op : spec.ops)
+    for (const auto& backend : spec.backends)
+      for (const auto& shape : spec.shapes)
+        for (DType dtype : spec.dtypes)
+          for (bool causal : spec.causal) {
+            Row r;
+            r.op = op;
+            r.backend_requested = backend;
+            r.shape = shape;
+            r.dtype = dtype;
+            r.causal = causal;
+            rows.push_back(std::move(r));
+          }
+
+  const bool show = a.no_progress ? false : (a.progress || ProgressBar::stderr_is_tty());
+  ProgressBar bar(rows.size() + (spec.sgemm > 0 ? 1 : 0), show);
+  std::size_t done = 0;
+  SgemmResult sgemm;
+  if (spec.sgemm > 0) {
+    bar.update(done, "eigen sgemm " + std::to_string(spec.sgemm));
+    sgemm = measure_sgemm(spec.sgemm, spec.repeats, a.threads);
+    ++done;
+  }
+  for (Row& r : rows) {
+    bar.update(done, r.op + "/" + r.backend_requested + " " + r.shape.label() + " " +
+                         std::string(dtype_name(r.dtype)) + (r.causal ? " causal" : " non-causal"));
+    try {
+      run_row(r, config, threads, spec.repeats);
+      if (sgemm.gflops > 0) r.vs_sgemm = r.gflops / sgemm.gflops;
+    } catch (const Error& e) {  // one failing configuration must not lose the rest of the sweep
+      r.error = std::string(error_code_name(e.code())) + ": " + e.what();
+    }
+    ++done;
+  }
+  bar.finish();
+
+  print_table(std::cout, rows, sgemm);
+  if (!a.csv.empty()) write_csv(a.csv, rows, sgemm);
+  if (!a.json.empty()) write_json(a.json, rows, sgemm);
+  if (!a.plot.empty()) plot_rows(a.plot, rows, sgemm, spec.causal.size() > 1, spec.dtypes.size() > 1);
+  return std::cout ? 0 : 2;
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& root) {
+  auto a = std::make_shared<BenchArgs>();
+  CLI::App* app = root.add_subcommand("bench", "Time operators x backends x shapes; table, CSV, JSON, plot");
+  app->add_option("--file", a->file, "YAML bench file (e.g. config/bench_default.yaml); flags override it");
+  app->add_option("--ops", a->ops, "Operators, comma separated (default: all)");
+  app->add_option("--backends", a->backends, "Backends to ask for, comma separated: auto,native,cpu,gpu,tpu");
+  app->add_option("--shapes", a->shapes, "Shapes 'B,H,T,D[,Hkv];...' with T = Tq or Tq:Tk");
+  app->add_option("--dtypes", a->dtypes, "Dtypes, comma separated: f32,f16,bf16");
+  auto* c = app->add_flag("--causal", a->causal, "Causal rows only (the default)");
+  auto* nc = app->add_flag("--no-causal", a->no_causal, "Non-causal rows only");
+  app->add_flag("--both", a->both, "Causal and non-causal rows")->excludes(c)->excludes(nc);
+  nc->excludes(c);
+  app->add_option("--repeats", a->repeats, "Timed runs per row (median reported)")
+      ->check(CLI::PositiveNumber);
+  app->add_option("--threads", a->threads, "OpenMP threads (0 = default)")->check(CLI::NonNegativeNumber);
+  app->add_option("--sgemm", a->sgemm, "Size n of the Eigen SGEMM reference row (0 = none)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--config", a->config, "YAML library configuration");
+  app->add_option("--csv", a->csv, "Also write the rows as CSV");
+  app->add_option("--json", a->json, "Also write the rows as JSON");
+  app->add_option("--plot", a->plot, "Also plot GFLOP/s per shape (FILE.png or FILE.svg, needs gnuplot)");
+  auto* p =
+      app->add_flag("--progress", a->progress, "Draw the progress bar even when stderr is not a terminal");
+  app->add_flag("--no-progress", a->no_progress, "Never draw the progress bar")->excludes(p);
+  return {app, [a] { return bench(*a); }};
+}
+
+}  // namespace attnops::cli

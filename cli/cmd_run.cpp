@@ -1,0 +1,120 @@
+// `attnops run`: one attention call on .npy inputs, output (and optionally lse / weights) to .npy.
+//
+//   attnops run --op NAME --q Q.npy --k K.npy --v V.npy --out O.npy [--config FILE.yaml]
+//     [--backend auto|native|cpu|gpu|tpu] [--causal | --no-causal] [--scale X] [--window L,R]
+//     [--chunk N] [--soft-cap X] [--sinks S.npy] [--bias B.npy]
+//     [--segment-ids-q SQ.npy --segment-ids-kv SKV.npy] [--dtype f32|f16|bf16]
+//     [--lse-out L.npy] [--weights-out W.npy] [--threads N] [--explain]
+//
+// --explain prints the DispatchDecision as one JSON object, the last line on stderr.
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "attnops/attnops.h"
+#include "cli/commands.h"
+#include "cli/npy.h"
+#include "cli/settings.h"
+
+namespace attnops::cli {
+namespace {
+
+struct RunArgs {
+  std::string op, q, k, v, out, config, backend, window, sinks, bias, seg_q, seg_kv, dtype, lse_out,
+      weights_out;
+  bool causal = false, no_causal = false, explain = false;
+  double scale = 0, soft_cap = 0;
+  long long chunk = 0;
+  int threads = 0;
+  CLI::Option *scale_opt = nullptr, *soft_cap_opt = nullptr, *chunk_opt = nullptr, *threads_opt = nullptr;
+};
+
+Window parse_window(const std::string& text) {
+  const auto parts = split(text, ',');
+  if (parts.size() != 2)
+    throw Error(ErrorCode::invalid_argument, "--window: expected L,R (two integers), got '" + text + "'");
+  return Window{parse_integer(parts[0], "--window left"), parse_integer(parts[1], "--window right")};
+}
+
+int run(const RunArgs& a) {
+  Overrides o;
+  if (!a.backend.empty()) o.backends = parse_backend_list(a.backend);
+  if (a.scale_opt->count()) o.softmax_scale = a.scale;
+  if (a.threads_opt->count()) o.num_threads = a.threads;
+  if (!a.dtype.empty()) o.runtime_dtype = parse_dtype(a.dtype);
+  Config config = load_optional_config(a.config);
+  apply_overrides(config, o);
+  const Attention attn = registry().get(a.op, config);
+
+  const Tensor q = read_npy(a.q), k = read_npy(a.k), v = read_npy(a.v);
+  AttentionOptions opts;
+  opts.causal = !a.no_causal;
+  if (!a.window.empty()) opts.sliding_window = parse_window(a.window);
+  if (a.chunk_opt->count()) opts.chunk_size = a.chunk;
+  if (a.soft_cap_opt->count()) opts.logits_soft_cap = a.soft_cap;
+  // The tensors the options view must outlive the call.
+  std::optional<Tensor> sinks, bias, seg_q, seg_kv;
+  if (!a.sinks.empty()) opts.softmax_aux = (sinks = read_npy(a.sinks))->view();
+  if (!a.bias.empty()) opts.bias = (bias = read_npy(a.bias))->view();
+  if (!a.seg_q.empty()) opts.segment_ids_q = (seg_q = read_npy(a.seg_q))->view();
+  if (!a.seg_kv.empty()) opts.segment_ids_kv = (seg_kv = read_npy(a.seg_kv))->view();
+  opts.return_lse = !a.lse_out.empty();
+  opts.return_weights = !a.weights_out.empty();
+
+  const AttentionOutput r = attn(q, k, v, opts);
+
+  // The output keeps the input's float dtype unless --dtype says otherwise; .npy has no bf16.
+  DType out_dtype = q.dtype() == DType::f16 ? DType::f16 : DType::f32;
+  if (o.runtime_dtype) out_dtype = *o.runtime_dtype == DType::bf16 ? DType::f32 : *o.runtime_dtype;
+  write_npy(a.out, Tensor::copy_of(r.attention_outputs, out_dtype));
+  if (opts.return_lse) {
+    if (!r.lse) throw Error(ErrorCode::internal, "the operator returned no lse although it was asked for");
+    write_npy(a.lse_out, *r.lse);
+  }
+  if (opts.return_weights) {
+    if (!r.attention_weights)
+      throw Error(ErrorCode::internal, "the operator returned no weights although they were asked for");
+    write_npy(a.weights_out, *r.attention_weights);
+  }
+  if (a.explain) std::cerr << r.decision.to_json() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+Command add_run_command(CLI::App& root) {
+  auto a = std::make_shared<RunArgs>();
+  CLI::App* app = root.add_subcommand("run", "Run one attention call on .npy inputs (layout BTHD)");
+  app->add_option("--op", a->op, "Operator name or alias (vanilla, blocksparse/splash, flash_attn2/flash)")
+      ->required();
+  app->add_option("--q", a->q, "Queries [B, Tq, Hq, D] (.npy)")->required();
+  app->add_option("--k", a->k, "Keys [B, Tk, Hkv, D] (.npy)")->required();
+  app->add_option("--v", a->v, "Values [B, Tk, Hkv, Dv] (.npy)")->required();
+  app->add_option("--out", a->out, "Output [B, Tq, Hq, Dv] (.npy, written)")->required();
+  app->add_option("--config", a->config, "YAML configuration; explicit flags override it");
+  app->add_option("--backend", a->backend, "Backend to try first")
+      ->check(CLI::IsMember({"auto", "native", "cpu", "gpu", "tpu"}));
+  auto* causal = app->add_flag("--causal", a->causal, "Causal, bottom-right aligned (the default)");
+  app->add_flag("--no-causal", a->no_causal, "Not causal")->excludes(causal);
+  a->scale_opt = app->add_option("--scale", a->scale, "Softmax scale (default 1/sqrt(D))");
+  app->add_option("--window", a->window, "Sliding window L,R: keys p-L..p+R")->type_name("L,R");
+  a->chunk_opt = app->add_option("--chunk", a->chunk, "Chunked causal attention with chunks of N keys");
+  a->soft_cap_opt = app->add_option("--soft-cap", a->soft_cap, "Logit soft cap: s = cap * tanh(s / cap)");
+  app->add_option("--sinks", a->sinks, "Attention sinks, one logit per q head [Hq] (.npy)");
+  app->add_option("--bias", a->bias, "Additive bias [B|1, Hq|1, Tq, Tk] (.npy)");
+  auto* sq = app->add_option("--segment-ids-q", a->seg_q, "Segment ids of queries [B, Tq] (.npy)");
+  auto* skv = app->add_option("--segment-ids-kv", a->seg_kv, "Segment ids of keys [B, Tk] (.npy)");
+  sq->needs(skv);
+  skv->needs(sq);
+  app->add_option("--dtype", a->dtype, "Runtime dtype (bf16 output is written as f32)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  app->add_option("--lse-out", a->lse_out, "Write the log-sum-exp [B, Hq, Tq] f32 (.npy)");
+  app->add_option("--weights-out", a->weights_out, "Write the attention weights [B, Hq, Tq, Tk] f32 (.npy)");
+  a->threads_opt =
+      app->add_option("--threads", a->threads, "OpenMP threads (0 = default)")->check(CLI::NonNegativeNumber);
+  app->add_flag("--explain", a->explain, "Print the dispatch decision as JSON, last line on stderr");
+  return {app, [a] { return run(*a); }};
+}
+
+}  // namespace attnops::cli

@@ -1,0 +1,23 @@
+// Accuracy of one call against the fp64 oracle (backends/native/reference.h).
+#pragma once
+
+#include "attnops/operation.h"
+#include "attnops/options.h"
+#include "attnops/problem.h"
+#include "attnops/registry.h"
+#include "attnops/tensor.h"
+
+namespace attnops::cli {
+
+// max |out - oracle| over every element of out [B, Tq, Hq, Dv]; +inf when out has a NaN or an
+// infinity the oracle does not have. The problem is built with make_problem from the same
+// inputs, options and metadata the call used, so it sees the same (rounded) inputs.
+// The metadata of the operator that actually ran a call of `attn`: the fallback's (vanilla) when
+// the decision says the call fell back, else the requested operator's.
+const OperationMetadata& metadata_that_ran(const Attention& attn, const DispatchDecision& d);
+
+double max_error_vs_oracle(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const AttentionOptions& options, const OperationMetadata& metadata,
+                           const Tensor& out);
+
+}  // namespace attnops::cli

@@ -1,0 +1,269 @@
+// `attnops info`, `demo` and `bench` end to end, and unit tests of their helpers (bench specs,
+// flag overrides, the progress bar, the gnuplot script).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "attnops/attnops.h"
+#include "cli/bench_spec.h"
+#include "cli/plot.h"
+#include "cli/progress.h"
+#include "cli/settings.h"
+#include "tests/cli/cli_runner.h"
+
+namespace attnops::cli {
+namespace {
+
+using testing::CliResult;
+using ::testing::HasSubstr;
+using testing::run_cli;
+using ::testing::StartsWith;
+using testing::TempDir;
+
+// ---- helpers --------------------------------------------------------------------------------------
+
+TEST(BenchSpec, ParsesShapes) {
+  const BenchShape s = parse_bench_shape("2,8,1:2048,64,2");
+  EXPECT_EQ(s.B, 2);
+  EXPECT_EQ(s.Hq, 8);
+  EXPECT_EQ(s.Hkv, 2);
+  EXPECT_EQ(s.Tq, 1);
+  EXPECT_EQ(s.Tk, 2048);
+  EXPECT_EQ(s.D, 64);
+  EXPECT_EQ(s.label(), "B2 H8/2 T1:2048 D64");
+  EXPECT_EQ(parse_bench_shapes("1,4,128,32;1,4,256,32").size(), 2u);
+  EXPECT_EQ(parse_bench_shape("1,4,128,32").label(), "B1 H4 T128 D32");
+  EXPECT_THROW(parse_bench_shape("1,4,128"), Error);
+  EXPECT_THROW(parse_bench_shape("1,6,128,32,4"), Error);  // H not a multiple of Hkv
+  EXPECT_THROW(parse_bench_shape("1,x,128,32"), Error);
+  EXPECT_EQ(parse_causal_mode("both"), (std::vector<bool>{true, false}));
+  EXPECT_THROW(parse_causal_mode("sometimes"), Error);
+}
+
+TEST(BenchSpec, LoadsFileAndRejectsUnknownKeys) {
+  TempDir dir;
+  testing::write_file(dir.file("b.yaml"),
+                      "ops: [vanilla]\nbackends: [cpu, auto]\nshapes: [\"1,2,64,16\"]\n"
+                      "dtypes: [f16]\ncausal: false\nrepeats: 2\nsgemm: 0\n");
+  const BenchSpec s = load_bench_file(dir.file("b.yaml"));
+  EXPECT_EQ(s.ops, (std::vector<std::string>{"vanilla"}));
+  EXPECT_EQ(s.backends, (std::vector<std::string>{"cpu", "auto"}));
+  ASSERT_EQ(s.shapes.size(), 1u);
+  EXPECT_EQ(s.shapes[0].Tq, 64);
+  EXPECT_EQ(s.dtypes, (std::vector<DType>{DType::f16}));
+  EXPECT_EQ(s.causal, (std::vector<bool>{false}));
+  EXPECT_EQ(s.repeats, 2);
+  EXPECT_EQ(s.sgemm, 0);
+  testing::write_file(dir.file("bad.yaml"), "ops: [vanilla]\nrepeat: 2\n");
+  try {
+    load_bench_file(dir.file("bad.yaml"));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::config_error);
+    EXPECT_THAT(e.what(), HasSubstr("bad.yaml:2"));
+    EXPECT_THAT(e.what(), HasSubstr("repeat"));
+  }
+  testing::write_file(dir.file("bad2.yaml"), "backends: [cuda]\n");
+  EXPECT_THROW(load_bench_file(dir.file("bad2.yaml")), Error);
+}
+
+TEST(Settings, BackendFlagOverridesEveryConfigLevel) {
+  Config c = parse_config(
+      "backend: [gpu]\ndisabled_backends: [cpu]\noperators:\n  vanilla:\n    backend: [native]\n");
+  Overrides o;
+  o.backends = parse_backend_list("cpu");
+  o.softmax_scale = 0.25;
+  apply_overrides(c, o);
+  const Attention a = registry().get("vanilla", c);
+  ASSERT_FALSE(a.op().metadata().backends.empty());
+  EXPECT_EQ(a.op().metadata().backends.front(), Backend::cpu);
+  EXPECT_THAT(a.op().metadata().disabled_backends, ::testing::Not(::testing::Contains(Backend::cpu)));
+  EXPECT_EQ(a.op().metadata().softmax_scale, 0.25);
+  EXPECT_TRUE(parse_backend_list("auto").empty());
+  EXPECT_THROW(parse_backend_list("cpu,quantum"), Error);
+}
+
+TEST(Progress, RendersBar) {
+  EXPECT_EQ(ProgressBar::render(0, 4, "x", 8), "[........] 0/4 x");
+  EXPECT_EQ(ProgressBar::render(2, 4, "", 8), "[####....] 2/4");
+  EXPECT_EQ(ProgressBar::render(9, 4, "y", 8), "[########] 4/4 y");
+  EXPECT_EQ(ProgressBar::render(0, 0, "", 4), "[####] 0/0");
+}
+
+TEST(Progress, DrawsOnlyWhenEnabled) {
+  TempDir dir;
+  for (bool enabled : {false, true}) {
+    const std::string path = dir.file(enabled ? "on" : "off");
+    std::FILE* f = std::fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    {
+      ProgressBar bar(3, enabled, f);
+      bar.update(1, "first");
+      bar.update(2, "second");
+    }  // the destructor ends the line
+    std::fclose(f);
+    const std::string text = testing::read_file(path);
+    if (enabled) {
+      EXPECT_THAT(text, HasSubstr("\r[#"));
+      EXPECT_THAT(text, HasSubstr("3/3 done"));
+      EXPECT_THAT(text, ::testing::EndsWith("\n"));
+    } else {
+      EXPECT_EQ(text, "");
+    }
+  }
+}
+
+TEST(Plot, ScriptHasEverySeriesAndTerminal) {
+  PlotSpec spec;
+  spec.title = "t";
+  spec.ylabel = "GFLOP/s";
+  spec.categories = {"B1 H8 T512 D64", "B1 H8 T1024 D64"};
+  spec.series = {{"vanilla/auto", {10, 12}}, {"blocksparse/cpu", {NAN, 30}}};
+  spec.hlines = {{"Eigen SGEMM", 250}};
+  const std::string png = gnuplot_script(spec, "x.png");
+  EXPECT_THAT(png, HasSubstr("pngcairo"));
+  EXPECT_THAT(png, HasSubstr("\"vanilla/auto\""));
+  EXPECT_THAT(png, HasSubstr("\"blocksparse/cpu\""));
+  EXPECT_THAT(png, HasSubstr("0 ?"));  // the missing point
+  EXPECT_THAT(png, HasSubstr("250 with lines"));
+  EXPECT_THAT(gnuplot_script(spec, "x.svg"), HasSubstr("set terminal svg"));
+  EXPECT_THROW(gnuplot_script(spec, "x.bmp"), Error);
+}
+
+// ---- the commands ---------------------------------------------------------------------------------
+
+TEST(CliInfo, ListsEveryOperatorAndBackend) {
+  const CliResult r = run_cli({"info"});
+  EXPECT_EQ(r.signal, 0);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("CPU:"));
+  EXPECT_THAT(r.out, HasSubstr("Vulkan devices"));
+  for (const auto& op : registry().list()) EXPECT_THAT(r.out, HasSubstr(op));
+
+  const CliResult j = run_cli({"info", "--json"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  const auto doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(doc["operators"].size(), registry().list().size() * 4);
+  bool native_tried = false, tpu_tried = false;
+  for (const auto& row : doc["operators"]) {
+    if (row["backend"] == "native") native_tried = native_tried || row["tried"].get<bool>();
+    if (row["backend"] == "tpu") tpu_tried = tpu_tried || row["tried"].get<bool>();
+    if (!row["tried"].get<bool>()) {
+      EXPECT_FALSE(row["why_not"].get<std::string>().empty()) << row.dump();
+    }
+  }
+  EXPECT_TRUE(native_tried);  // the portable reference is always a candidate
+  EXPECT_FALSE(tpu_tried);    // no TPU runtime here
+  EXPECT_TRUE(doc["gpu_devices"].is_array());
+}
+
+TEST(CliInfo, ConfigCanDisableABackend) {
+  TempDir dir;
+  testing::write_file(dir.file("c.yaml"), "disabled_backends: [cpu]\n");
+  const CliResult r = run_cli({"info", "--json", "--config", dir.file("c.yaml")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const auto& row : nlohmann::json::parse(r.out)["operators"])
+    if (row["backend"] == "cpu") {
+      EXPECT_FALSE(row["tried"].get<bool>());
+      EXPECT_EQ(row["why_not"], "disabled_by_config");
+    }
+}
+
+TEST(CliDemo, ShowsEachFallbackAndSmallErrors) {
+  const CliResult r = run_cli({"demo"});
+  EXPECT_EQ(r.signal, 0);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* code : {"decode", "non_causal", "seq_multiple"}) EXPECT_THAT(r.out, HasSubstr(code));
+  // Every row's max error column is small (f32): scan "x.xxe-yy" values.
+  std::istringstream lines(r.out);
+  std::string line;
+  int rows = 0;
+  std::getline(lines, line);  // header
+  while (std::getline(lines, line)) {
+    if (line.empty()) continue;
+    ++rows;
+    std::istringstream f(line);
+    std::vector<std::string> cols;
+    for (std::string c; f >> c;) cols.push_back(c);
+    bool found = false;
+    for (const auto& c : cols)
+      if (c.find("e-") != std::string::npos || c.find("e+") != std::string::npos) {
+        EXPECT_LT(std::stod(c), 1e-4) << line;
+        found = true;
+      }
+    EXPECT_TRUE(found) << line;
+  }
+  EXPECT_EQ(rows, static_cast<int>(registry().list().size() * 4));
+}
+
+TEST(CliBench, SmallSweepWritesTableCsvJsonAndPlot) {
+  TempDir dir;
+  const CliResult r =
+      run_cli({"bench", "--ops", "vanilla,blocksparse", "--backends", "auto,native", "--shapes",
+               "1,2,128,32;1,2,1:256,32", "--both", "--repeats", "1", "--sgemm", "64", "--csv",
+               dir.file("b.csv"), "--json", dir.file("b.json"), "--plot", dir.file("b.svg")});
+  EXPECT_EQ(r.signal, 0);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("# GFLOP/s"));
+  EXPECT_THAT(r.out, HasSubstr("eigen_sgemm"));
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("\r")));  // no progress bar: stderr is a file
+
+  const std::string csv = testing::read_file(dir.file("b.csv"));
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 1 + 2 * 2 * 2 * 2);  // header, sgemm, rows
+
+  const auto doc = nlohmann::json::parse(testing::read_file(dir.file("b.json")));
+  ASSERT_EQ(doc["rows"].size(), 16u);
+  for (const auto& row : doc["rows"]) {
+    EXPECT_EQ(row["error"], "") << row.dump();
+    EXPECT_GT(row["gflops"].get<double>(), 0) << row.dump();
+    EXPECT_LT(row["max_err"].get<double>(), 1e-4) << row.dump();
+    if (row["backend_requested"] == "native") {
+      EXPECT_EQ(row["backend"], "native");
+    }
+    if (row["operator"] == "blocksparse" && row["Tq"] == 1) {
+      EXPECT_EQ(row["ran"], "vanilla");
+    }
+    if (row["operator"] == "blocksparse" && row["causal"] == false) {
+      EXPECT_EQ(row["ran"], "vanilla");
+    }
+  }
+  if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
+    EXPECT_THAT(testing::read_file(dir.file("b.svg")), HasSubstr("<svg"));
+  }
+}
+
+TEST(CliBench, FileAndProgressFlag) {
+  TempDir dir;
+  testing::write_file(dir.file("b.yaml"),
+                      "ops: [flash_attn2]\nshapes: [\"1,2,128,16\"]\nrepeats: 1\nsgemm: 0\n");
+  const CliResult r = run_cli({"bench", "--file", dir.file("b.yaml"), "--progress"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("1/1 done"));
+  EXPECT_THAT(r.out, HasSubstr("flash_attn2"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("eigen_sgemm")));
+}
+
+TEST(CliBench, BadArgumentsExitTwo) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"bench", "--shapes", "1,2,3"},
+        {"bench", "--ops", "nope", "--sgemm", "0"},
+        {"bench", "--backends", "cuda"},
+        {"bench", "--dtypes", "i32"},
+        {"bench", "--file", "/nonexistent.yaml"},
+        {"bench", "--causal", "--both"},
+        {"bench", "--plot", "/tmp/x.bmp", "--shapes", "1,1,8,8", "--sgemm", "0"}}) {
+    const CliResult r = run_cli(args);
+    EXPECT_EQ(r.signal, 0);
+    EXPECT_EQ(r.exit_code, 2) << args[1] << " " << args[2] << ": " << r.err;
+    EXPECT_THAT(r.err, StartsWith("error:"));
+  }
+}
+
+}  // namespace
+}  // namespace attnops::cli
