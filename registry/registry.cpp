@@ -112,7 +112,12 @@ Attention Registry::get(std::string_view name, const Config& config) const {
     }
     // A config built in code has no position (line 0): name the source only.
     std::string msg = config.source;
-    if (oc.line > 0) msg += ":" + std::to_string(oc.line) + ":" + std::to_string(oc.column);
+    if (oc.line > 0) {
+      msg += ':';
+      msg += std::to_string(oc.line);
+      msg += ':';
+      msg += std::to_string(oc.column);
+    }
     msg += ": unknown operator '" + key + "' in 'operators'";
     if (auto s = nearest_name(key, all)) msg += "; did you mean '" + *s + "'?";
     throw Error(ErrorCode::config_error, msg);
