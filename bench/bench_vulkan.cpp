@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "bench/bench_inputs.h"
 #include "backends/vulkan/vulkan_sgemm.h"
 
 namespace {
@@ -29,15 +30,7 @@ using attnops::Backend;
 using attnops::DType;
 using attnops::Tensor;
 
-Tensor filled(DType dt, std::vector<std::int64_t> shape, unsigned seed) {
-  Tensor t(dt, std::move(shape));
-  std::uint32_t x = seed * 2654435761u + 1u;
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    x = x * 1664525u + 1013904223u;  // LCG: fast, deterministic, values in [-1, 1)
-    t.set(static_cast<std::size_t>(i), static_cast<float>(x >> 8) / 8388608.f - 1.f);
-  }
-  return t;
-}
+using attnops::bench::filled;
 
 struct Shape {
   std::int64_t B, H, T, D;
