@@ -89,7 +89,14 @@ std::string DispatchDecision::to_json() const {
     json_string(os, reasons[i].detail);
     os << '}';
   }
-  os << "]}";
+  os << ']';
+  if (!run.kernel.empty()) {
+    os << ", \"kernel\": ";
+    json_string(os, run.kernel);
+    os << ", \"kernel_detail\": ";
+    json_string(os, run.kernel_detail);
+  }
+  os << '}';
   return os.str();
 }
 
@@ -97,7 +104,9 @@ std::string DispatchDecision::to_log_line() const {
   std::ostringstream os;
   os << "attnops,dispatch," << requested;
   if (op != requested) os << "->" << op;
-  os << ',' << backend_name(backend) << ',';
+  os << ',' << backend_name(backend);
+  if (!run.kernel.empty()) os << '/' << run.kernel;
+  os << ',';
   for (std::size_t i = 0; i < reasons.size(); ++i)
     os << (i ? ";" : "") << reason_code_name(reasons[i].code) << ':' << reasons[i].detail;
   return os.str();

@@ -25,6 +25,7 @@ AttentionOutput run_forward(const AttentionProblem& p, Kernel&& kernel) {
   out.attention_outputs = std::move(buffers.out);
   out.lse = std::move(buffers.lse);
   out.attention_weights = std::move(buffers.weights);
+  out.decision.run = std::move(buffers.run);
   return out;
 }
 

@@ -107,7 +107,9 @@ AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const
     }
     try {
       AttentionOutput out = op->forward(b, p);
+      RunInfo run = std::move(out.decision.run);  // what the backend reported about the run
       out.decision = d;
+      out.decision.run = std::move(run);
       log(flags, out.decision);
       return out;
     } catch (const Error& e) {

@@ -41,15 +41,26 @@ struct Reason {
   bool operator==(const Reason&) const = default;
 };
 
+// What the backend that ran reports about the run (filled by the forward, kept by the
+// dispatcher): the kernel variant inside the backend and why that one. Backends extend this with
+// what they measure (data movement, timings); nothing here influences the choice of backend.
+struct RunInfo {
+  std::string kernel;         // e.g. "avx512" (a cpu ISA tier), "flash_subgroup" (a gpu variant)
+  std::string kernel_detail;  // why: what was detected, what capped it, what a better one lacked
+  bool operator==(const RunInfo&) const = default;
+};
+
 struct DispatchDecision {
   std::string requested;          // the name asked for (alias resolved to the canonical name)
   std::string op;                 // the operator that ran
   Backend backend = Backend::native;
   std::vector<Reason> reasons;    // in the order they were found
+  RunInfo run;                    // set after the call ran (empty for plan())
 
   bool has(ReasonCode c) const;
   bool fell_back() const { return op != requested; }
   // {"requested": "...", "operator": "...", "backend": "...", "reasons": [{"code","detail"}]}
+  // plus "kernel" and "kernel_detail" when the backend reported them.
   std::string to_json() const;
   // One line, oneDNN-verbose style:
   // "attnops,dispatch,blocksparse->vanilla,cpu,decode:q_len=1;backend_unavailable:gpu: ..."

@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "attnops/decision.h"
 #include "attnops/mask.h"
 #include "attnops/metadata.h"
 #include "attnops/options.h"
@@ -72,6 +73,7 @@ struct AttentionBuffers {
   Tensor out;
   std::optional<Tensor> lse;
   std::optional<Tensor> weights;
+  RunInfo run;  // the kernel fills it in; it ends up in AttentionOutput::decision.run
 };
 AttentionBuffers allocate_buffers(const AttentionProblem& p);
 

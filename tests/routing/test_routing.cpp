@@ -287,6 +287,20 @@ TEST_F(Routing, GpuRuntimeErrorFallsBackToCpu) {
   EXPECT_THAT(out.decision.reasons[0].detail, HasSubstr("DEVICE_LOST"));
 }
 
+TEST_F(Routing, WhatTheBackendReportsAboutTheRunIsKept) {
+  shapes(128, 128);
+  auto attn = reg.get("blocksparse");
+  AttentionOutput reported;
+  reported.decision.run = {"avx512", "detected avx512bf16, capped by ATTNOPS_CPU_ISA"};
+  reported.decision.backend = Backend::tpu;  // the dispatcher's own fields win
+  EXPECT_CALL(*bs, forward_cpu(_)).WillOnce(Return(reported));
+  auto out = attn(q, k, v);
+  EXPECT_EQ(out.decision.backend, Backend::cpu);
+  EXPECT_EQ(out.decision.run, reported.decision.run);
+  EXPECT_THAT(out.decision.to_json(), HasSubstr("\"kernel\": \"avx512\""));
+  EXPECT_THAT(out.decision.to_log_line(), HasSubstr(",cpu/avx512,"));
+}
+
 TEST_F(Routing, OtherErrorsFromAForwardPropagate) {
   shapes(128, 128);
   auto attn = reg.get("blocksparse");
