@@ -20,6 +20,10 @@ std::optional<Backend> parse_backend(std::string_view s) {
   return std::nullopt;
 }
 
+std::string_view pass_name(Pass p) {
+  return p == Pass::backward ? "backward" : "forward";
+}
+
 std::string_view reason_code_name(ReasonCode c) {
   switch (c) {
     case ReasonCode::decode: return "decode";
@@ -96,13 +100,14 @@ std::string DispatchDecision::to_json() const {
     os << ", \"kernel_detail\": ";
     json_string(os, run.kernel_detail);
   }
+  if (pass == Pass::backward) os << ", \"pass\": \"backward\"";
   os << '}';
   return os.str();
 }
 
 std::string DispatchDecision::to_log_line() const {
   std::ostringstream os;
-  os << "attnops,dispatch," << requested;
+  os << (pass == Pass::backward ? "attnops,dispatch_backward," : "attnops,dispatch,") << requested;
   if (op != requested) os << "->" << op;
   os << ',' << backend_name(backend);
   if (!run.kernel.empty()) os << '/' << run.kernel;

@@ -3,6 +3,7 @@
 #include "backends/common/block_map.h"
 #include "backends/cpu/tiled_cpu.h"
 #include "backends/native/tiled_native.h"
+#include "operators/backward_glue.h"
 #include "operators/forward_glue.h"
 
 namespace attnops {
@@ -35,5 +36,9 @@ AttentionOutput TiledOperator::forward_gpu(const AttentionProblem& p) {
     vulkan::run(gpu_kernel(), q, block_map_for(q).get(), metadata().gpu, b);
   });
 }
+
+AttentionGradients TiledOperator::backward_native(const BackwardProblem& p) { return native_backward(p); }
+
+AttentionGradients TiledOperator::backward_cpu(const BackwardProblem& p) { return cpu_backward(p); }
 
 }  // namespace attnops

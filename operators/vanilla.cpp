@@ -3,6 +3,7 @@
 #include "backends/cpu/vanilla_cpu.h"
 #include "backends/native/reference.h"
 #include "backends/vulkan/vulkan_backend.h"
+#include "operators/backward_glue.h"
 #include "operators/forward_glue.h"
 
 namespace attnops {
@@ -27,5 +28,9 @@ AttentionOutput VanillaAttn::forward_gpu(const AttentionProblem& p) {
     vulkan::run(vulkan::Kernel::vanilla, q, nullptr, metadata().gpu, b);
   });
 }
+
+AttentionGradients VanillaAttn::backward_native(const BackwardProblem& p) { return native_backward(p); }
+
+AttentionGradients VanillaAttn::backward_cpu(const BackwardProblem& p) { return cpu_backward(p); }
 
 }  // namespace attnops

@@ -20,6 +20,11 @@ class VanillaAttn : public OperationImpl {
   AttentionOutput forward_native(const AttentionProblem& p) override;
   AttentionOutput forward_cpu(const AttentionProblem& p) override;
   AttentionOutput forward_gpu(const AttentionProblem& p) override;
+
+  // Backward: native (the fp64 oracle) and cpu (tiled FlashAttention-2), see backward_glue.h.
+  bool implements_backward(Backend b) const override { return b == Backend::native || b == Backend::cpu; }
+  AttentionGradients backward_native(const BackwardProblem& p) override;
+  AttentionGradients backward_cpu(const BackwardProblem& p) override;
 };
 
 }  // namespace attnops

@@ -32,19 +32,40 @@ std::vector<Backend> backend_candidates(const OperationMetadata& md) {
   return order;
 }
 
-std::optional<Reason> check_backend(const OperationImpl& op, Backend b, const AttentionProblem& p, const Host& host) {
+namespace {
+
+// The gates every candidate passes first, forward or backward: the config, then the host.
+std::optional<Reason> check_host(const OperationImpl& op, Backend b, const Host& host) {
   const auto& md = op.metadata();
   const std::string bn(backend_name(b));
   if (std::find(md.disabled_backends.begin(), md.disabled_backends.end(), b) != md.disabled_backends.end())
     return Reason{ReasonCode::disabled_by_config, bn + ": disabled by config (disabled_backends)"};
   if (Availability a = host.availability(b, md.gpu); !a.available)
     return Reason{ReasonCode::backend_unavailable, bn + ": " + a.detail};
-  if (!op.implements(b)) return Reason{ReasonCode::not_implemented, bn + ": " + op.name() + " has no forward_" + bn};
-  if (auto r = op.check_inputs(b, p)) {
-    r->detail = bn + ": " + r->detail;
-    return r;
-  }
   return std::nullopt;
+}
+
+std::optional<Reason> prefixed(std::optional<Reason> r, Backend b) {
+  if (r) r->detail = std::string(backend_name(b)) + ": " + r->detail;
+  return r;
+}
+
+}  // namespace
+
+std::optional<Reason> check_backend(const OperationImpl& op, Backend b, const AttentionProblem& p, const Host& host) {
+  if (auto r = check_host(op, b, host)) return r;
+  const std::string bn(backend_name(b));
+  if (!op.implements(b)) return Reason{ReasonCode::not_implemented, bn + ": " + op.name() + " has no forward_" + bn};
+  return prefixed(op.check_inputs(b, p), b);
+}
+
+std::optional<Reason> check_backward_backend(const OperationImpl& op, Backend b, const BackwardProblem& p,
+                                             const Host& host) {
+  if (auto r = check_host(op, b, host)) return r;
+  const std::string bn(backend_name(b));
+  if (!op.implements_backward(b))
+    return Reason{ReasonCode::not_implemented, bn + ": " + op.name() + " has no backward_" + bn};
+  return prefixed(op.check_backward_inputs(b, p), b);
 }
 
 namespace {
@@ -64,15 +85,10 @@ void log(const RuntimeFlags& flags, const DispatchDecision& d) {
   if (flags.log_dispatch) std::cerr << d.to_log_line() << std::endl;
 }
 
-}  // namespace
-
-AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const Host& host, const TensorView& q,
-                         const TensorView& k, const TensorView& v, const AttentionOptions& options,
-                         const RuntimeFlags& flags, bool execute) {
-  // The problem is built with the requested operator's metadata: scale, runtime dtype and thread
-  // count are shared settings; block sizes matter only to the tiled operators.
-  const AttentionProblem p = make_problem(q, k, v, options, requested.metadata());
-  DispatchDecision d;
+// Steps 2 and 3's start, shared by both passes: the operator after the fallbacks (recorded in
+// d) and the backend candidates in order.
+OperationImpl& choose_operator(OperationImpl& requested, OperationImpl& vanilla, const AttentionProblem& p,
+                               DispatchDecision& d) {
   d.requested = requested.name();
   OperationImpl* op = &requested;
   if (&requested != &vanilla) {
@@ -83,33 +99,35 @@ AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const
     }
   }
   d.op = op->name();
-  if (p.want_weights && !op->returns_weights())
-    throw Error(ErrorCode::invalid_argument, "return_weights: only vanilla returns attention weights, and this call "
-                                             "runs '" + op->name() + "' (use the vanilla operator)");
+  return *op;
+}
 
-  std::vector<Backend> candidates;
-  if (flags.force_native) {
-    candidates = {Backend::native};
-    d.reasons.push_back({ReasonCode::forced_native, "ATTNOPS_FORCE_NATIVE is set"});
-  } else {
-    candidates = backend_candidates(op->metadata());
-  }
+std::vector<Backend> candidates_for(const OperationImpl& op, const RuntimeFlags& flags, DispatchDecision& d) {
+  if (!flags.force_native) return backend_candidates(op.metadata());
+  d.reasons.push_back({ReasonCode::forced_native, "ATTNOPS_FORCE_NATIVE is set"});
+  return {Backend::native};
+}
+
+// Step 3's walk and step 4: `check(b)` gates a candidate, `run(b)` runs it (nullptr: plan only).
+template <class Result, class Check, class Run>
+Result first_candidate(const OperationImpl& op, const std::vector<Backend>& candidates, DispatchDecision& d,
+                       const RuntimeFlags& flags, Check&& check, Run&& run, bool execute) {
   for (Backend b : candidates) {
-    if (auto r = check_backend(*op, b, p, host)) {
+    if (auto r = check(b)) {
       d.reasons.push_back(std::move(*r));
       continue;
     }
     d.backend = b;
     if (!execute) {
-      AttentionOutput planned;
+      Result planned;
       planned.decision = d;
       return planned;
     }
     try {
-      AttentionOutput out = op->forward(b, p);
-      RunInfo run = std::move(out.decision.run);  // what the backend reported about the run
+      Result out = run(b);
+      RunInfo info = std::move(out.decision.run);  // what the backend reported about the run
       out.decision = d;
-      out.decision.run = std::move(run);
+      out.decision.run = std::move(info);
       log(flags, out.decision);
       return out;
     } catch (const Error& e) {
@@ -119,8 +137,42 @@ AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const
     }
   }
   log(flags, d);
-  throw Error(ErrorCode::backend_unavailable,
-              "no backend can run '" + op->name() + "' for this call: " + join_reasons(d.reasons));
+  throw Error(ErrorCode::backend_unavailable, "no backend can run " +
+                                                  std::string(d.pass == Pass::backward ? "the backward of '" : "'") +
+                                                  op.name() + "' for this call: " + join_reasons(d.reasons));
+}
+
+}  // namespace
+
+AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const Host& host, const TensorView& q,
+                         const TensorView& k, const TensorView& v, const AttentionOptions& options,
+                         const RuntimeFlags& flags, bool execute) {
+  // The problem is built with the requested operator's metadata: scale, runtime dtype and thread
+  // count are shared settings; block sizes matter only to the tiled operators.
+  const AttentionProblem p = make_problem(q, k, v, options, requested.metadata());
+  DispatchDecision d;
+  OperationImpl& op = choose_operator(requested, vanilla, p, d);
+  if (p.want_weights && !op.returns_weights())
+    throw Error(ErrorCode::invalid_argument, "return_weights: only vanilla returns attention weights, and this call "
+                                             "runs '" + op.name() + "' (use the vanilla operator)");
+  const std::vector<Backend> candidates = candidates_for(op, flags, d);
+  return first_candidate<AttentionOutput>(
+      op, candidates, d, flags, [&](Backend b) { return check_backend(op, b, p, host); },
+      [&](Backend b) { return op.forward(b, p); }, execute);
+}
+
+AttentionGradients dispatch_backward(OperationImpl& requested, OperationImpl& vanilla, const Host& host,
+                                     const TensorView& q, const TensorView& k, const TensorView& v,
+                                     const TensorView& out, const TensorView& lse, const TensorView& dout,
+                                     const AttentionOptions& options, const RuntimeFlags& flags) {
+  const BackwardProblem p = make_backward_problem(q, k, v, out, lse, dout, options, requested.metadata());
+  DispatchDecision d;
+  d.pass = Pass::backward;
+  OperationImpl& op = choose_operator(requested, vanilla, p.fwd, d);
+  const std::vector<Backend> candidates = candidates_for(op, flags, d);
+  return first_candidate<AttentionGradients>(
+      op, candidates, d, flags, [&](Backend b) { return check_backward_backend(op, b, p, host); },
+      [&](Backend b) { return op.backward(b, p); }, /*execute=*/true);
 }
 
 }  // namespace attnops

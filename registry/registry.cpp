@@ -18,6 +18,21 @@ DispatchDecision Attention::plan(const TensorView& q, const TensorView& k, const
   return dispatch(*op_, *vanilla_, *host_, q, k, v, options, RuntimeFlags::from_env(), /*execute=*/false).decision;
 }
 
+AttentionGradients Attention::backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                                       const TensorView& out, const TensorView& lse, const TensorView& dout,
+                                       const AttentionOptions& options) const {
+  return dispatch_backward(*op_, *vanilla_, *host_, q, k, v, out, lse, dout, options, RuntimeFlags::from_env());
+}
+
+AttentionGradients Attention::backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                                       const AttentionOutput& forward, const TensorView& dout,
+                                       const AttentionOptions& options) const {
+  if (!forward.lse)
+    throw Error(ErrorCode::invalid_argument,
+                "backward: the forward output has no lse; call the forward with return_lse = true");
+  return backward(q, k, v, forward.attention_outputs, *forward.lse, dout, options);
+}
+
 Registry::Registry(std::shared_ptr<const Host> host) : host_(host ? std::move(host) : system_host()) {}
 
 const OperationEntry* Registry::find(std::string_view name) const {

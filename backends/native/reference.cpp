@@ -10,7 +10,13 @@ namespace attnops::native {
 
 namespace {
 
-// Converts a strided BTHD view to a contiguous fp64 array [B, T, H, D].
+std::int64_t floor_div(std::int64_t a, std::int64_t b) {
+  std::int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+}  // namespace
+
 std::vector<double> to_f64(const TensorView& t) {
   const std::int64_t B = t.dim(0), T = t.dim(1), H = t.dim(2), D = t.dim(3);
   std::vector<double> r(static_cast<std::size_t>(B * T * H * D));
@@ -23,11 +29,6 @@ std::vector<double> to_f64(const TensorView& t) {
   return r;
 }
 
-std::int64_t floor_div(std::int64_t a, std::int64_t b) {
-  std::int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-
 bool visible(const AttentionProblem& p, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) {
   const std::int64_t pos = i + p.Tk - p.Tq;  // bottom-right alignment
   if (p.causal && j > pos) return false;
@@ -37,8 +38,6 @@ bool visible(const AttentionProblem& p, std::int64_t b, std::int64_t h, std::int
   if (p.seg_q && p.seg_q[b * p.Tq + i] != p.seg_kv[b * p.Tk + j]) return false;
   return true;
 }
-
-}  // namespace
 
 ReferenceResult reference_attention_f64(const AttentionProblem& p, bool want_weights) {
   const std::int64_t B = p.B, Tq = p.Tq, Tk = p.Tk, Hq = p.Hq, D = p.D, Dv = p.Dv, G = p.group();

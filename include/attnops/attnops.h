@@ -1,6 +1,7 @@
 // attnops: attention operators with backend dispatch. The one header model code includes.
 #pragma once
 
+#include "attnops/backward.h"
 #include "attnops/config.h"
 #include "attnops/decision.h"
 #include "attnops/dtype.h"

@@ -50,7 +50,12 @@ struct RunInfo {
   bool operator==(const RunInfo&) const = default;
 };
 
+// Which pass a decision is for: the forward call, or its backward (Attention::backward).
+enum class Pass { forward, backward };
+std::string_view pass_name(Pass p);  // "forward", "backward"
+
 struct DispatchDecision {
+  Pass pass = Pass::forward;
   std::string requested;          // the name asked for (alias resolved to the canonical name)
   std::string op;                 // the operator that ran
   Backend backend = Backend::native;
@@ -60,9 +65,10 @@ struct DispatchDecision {
   bool has(ReasonCode c) const;
   bool fell_back() const { return op != requested; }
   // {"requested": "...", "operator": "...", "backend": "...", "reasons": [{"code","detail"}]}
-  // plus "kernel" and "kernel_detail" when the backend reported them.
+  // plus "kernel" and "kernel_detail" when the backend reported them, and "pass": "backward"
+  // for a backward decision.
   std::string to_json() const;
-  // One line, oneDNN-verbose style:
+  // One line, oneDNN-verbose style ("dispatch_backward" instead of "dispatch" for a backward):
   // "attnops,dispatch,blocksparse->vanilla,cpu,decode:q_len=1;backend_unavailable:gpu: ..."
   std::string to_log_line() const;
 };

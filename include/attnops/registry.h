@@ -45,6 +45,19 @@ class Attention {
   DispatchDecision plan(const TensorView& q, const TensorView& k, const TensorView& v,
                         const AttentionOptions& options = {}) const;
 
+  // The backward of a call with these inputs and options (see backward.h): out and lse are that
+  // forward's results (call it with return_lse = true), dout the gradient of out. The operator
+  // the forward ran (after the same fallbacks) runs the backward, on the first backend candidate
+  // that implements it; the result carries its own decision (pass "backward").
+  AttentionGradients backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                              const TensorView& lse, const TensorView& dout,
+                              const AttentionOptions& options = {}) const;
+  // The same, with out and lse taken from the forward's result (Error invalid_argument when it
+  // has no lse).
+  AttentionGradients backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                              const AttentionOutput& forward, const TensorView& dout,
+                              const AttentionOptions& options = {}) const;
+
   const std::string& name() const { return requested_; }
   const OperationImpl& op() const { return *op_; }
   const OperationImpl& fallback() const { return *vanilla_; }
