@@ -15,7 +15,8 @@ std::string expected_btdh(const AttentionProblem& p) {
 
 void require_float(const TensorView& t, const char* name) {
   if (!is_float(t.dtype()))
-    throw Error(ErrorCode::unsupported_dtype, std::string(name) + ": expected a float dtype (f32, f16 or bf16), got " +
+    throw Error(ErrorCode::unsupported_dtype, std::string(name) +
+                                                  ": expected a float dtype (f32, f16 or bf16), got " +
                                                   std::string(dtype_name(t.dtype())));
   if (t.data() == nullptr && t.numel() != 0)
     throw Error(ErrorCode::invalid_argument, std::string(name) + ": null data pointer");
@@ -25,8 +26,8 @@ void require_float(const TensorView& t, const char* name) {
 TensorView output_like(BackwardProblem& bp, const TensorView& t, const char* name, const char* what) {
   const AttentionProblem& p = bp.fwd;
   if (t.rank() != 4 || t.dim(0) != p.B || t.dim(1) != p.Tq || t.dim(2) != p.Hq || t.dim(3) != p.Dv)
-    throw Error(ErrorCode::shape_mismatch, std::string(name) + ": expected shape " + expected_btdh(p) + " (" + what +
-                                               "), got " + shape_string(t.shape()));
+    throw Error(ErrorCode::shape_mismatch, std::string(name) + ": expected shape " + expected_btdh(p) + " (" +
+                                               what + "), got " + shape_string(t.shape()));
   require_float(t, name);
   if (t.dtype() == p.dtype && (t.stride(3) == 1 || t.dim(3) <= 1)) return t;
   bp.owned.push_back(Tensor::copy_of(t, p.dtype));
@@ -50,8 +51,8 @@ BackwardProblem make_backward_problem(const TensorView& q, const TensorView& k, 
 
   if (lse.rank() != 3 || lse.dim(0) != p.B || lse.dim(1) != p.Hq || lse.dim(2) != p.Tq)
     throw Error(ErrorCode::shape_mismatch,
-                "lse: expected shape [B=" + std::to_string(p.B) + ", Hq=" + std::to_string(p.Hq) +
-                    ", Tq=" + std::to_string(p.Tq) + "] (the forward's log-sum-exp: call it with return_lse), got " +
+                "lse: expected shape [B=" + std::to_string(p.B) + ", Hq=" + std::to_string(p.Hq) + ", Tq=" +
+                    std::to_string(p.Tq) + "] (the forward's log-sum-exp: call it with return_lse), got " +
                     (lse.empty() ? std::string("none") : shape_string(lse.shape())));
   require_float(lse, "lse");
   if (lse.dtype() == DType::f32 && lse.is_contiguous()) {

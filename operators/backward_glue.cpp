@@ -26,7 +26,8 @@ AttentionGradients run_backward(const BackwardProblem& bp, Kernel&& kernel) {
 }  // namespace
 
 AttentionGradients native_backward(const BackwardProblem& bp) {
-  return run_backward(bp, [](const BackwardProblem& x, GradientBuffers& g) { native::reference_backward(x, g); });
+  return run_backward(bp,
+                      [](const BackwardProblem& x, GradientBuffers& g) { native::reference_backward(x, g); });
 }
 
 AttentionGradients cpu_backward(const BackwardProblem& bp) {

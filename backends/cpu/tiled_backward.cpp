@@ -117,7 +117,8 @@ constexpr std::array<std::array<MicroFn, kMaxNC>, kMaxR> kAcc = {acc_row<1>(), a
                                                                  acc_row<4>(), acc_row<5>(), acc_row<6>()};
 
 // c[e][16 * NC lanes] += a-broadcast x bt over k < n, for every e < rows (in micro-tiles of R).
-void acc_panel(const float* bt, i64 ldb, const float* a, i64 lda, i64 n, float* c, i64 ldc, i64 rows, int NC) {
+void acc_panel(const float* bt, i64 ldb, const float* a, i64 lda, i64 n, float* c, i64 ldc, i64 rows,
+               int NC) {
   for (i64 e0 = 0; e0 < rows; e0 += kMaxR) {
     const int R = static_cast<int>(std::min<i64>(kMaxR, rows - e0));
     kAcc[R - 1][NC - 1](bt, ldb, a + e0, lda, n, c + e0 * ldc, ldc);
@@ -133,7 +134,8 @@ template <class T>
 using Buf = std::unique_ptr<T[], FreeDeleter>;
 template <class T>
 Buf<T> aligned_array(i64 n) {
-  const auto bytes = static_cast<std::size_t>(round_up(std::max<i64>(n, 1) * static_cast<i64>(sizeof(T)), 64));
+  const auto bytes =
+      static_cast<std::size_t>(round_up(std::max<i64>(n, 1) * static_cast<i64>(sizeof(T)), 64));
   void* p = std::aligned_alloc(64, bytes);
   if (!p) throw std::bad_alloc();
   return Buf<T>(static_cast<T*>(p));
@@ -223,8 +225,8 @@ struct Backward {
   const AttentionProblem& p;
   const BlockMap& map;
   GradientBuffers& g;
-  const float* lz;  // [B, Hq, Tq]: log of the softmax denominator (sink included); +inf if empty
-  const float* di;  // [B, Hq, Tq]: Delta = rowsum(dout * out)
+  const float* lz;       // [B, Hq, Tq]: log of the softmax denominator (sink included); +inf if empty
+  const float* di;       // [B, Hq, Tq]: Delta = rowsum(dout * out)
   const i64* col_start;  // column (head copy hh, kv block kb): col[col_start[hh*nk+kb] .. +1)
   const ColBlock* col;
   i64 bq, bk, bqp, bkp;
@@ -502,7 +504,8 @@ void row_statistics(const BackwardProblem& bp, std::vector<Scratch>& scratch, in
       simd::convert_row(at(bp.dout, b, i, h), p.dtype, Dv, s.row.get());
       simd::convert_row(at(bp.out, b, i, h), p.dtype, Dv, s.row2.get());
       float acc = 0.f;
-      for (i64 e = 0; e < Dv; ++e) acc += s.row[static_cast<std::size_t>(e)] * s.row2[static_cast<std::size_t>(e)];
+      for (i64 e = 0; e < Dv; ++e)
+        acc += s.row[static_cast<std::size_t>(e)] * s.row2[static_cast<std::size_t>(e)];
       di[r] = acc;
       if (p.sinks) {
         const float a = p.sinks[h], m = std::max(lse, a);
@@ -531,12 +534,14 @@ void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuff
   const AttentionProblem& p = bp.fwd;
   if (map.Tq != p.Tq || map.Tk != p.Tk || (map.heads != 1 && map.heads != p.Hq))
     throw Error(ErrorCode::shape_mismatch,
-                "cpu tiled_backward: block map built for Tq=" + std::to_string(map.Tq) + " Tk=" +
-                    std::to_string(map.Tk) + " heads=" + std::to_string(map.heads) + ", expected Tq=" +
-                    std::to_string(p.Tq) + " Tk=" + std::to_string(p.Tk) + " heads=1 or " + std::to_string(p.Hq));
+                "cpu tiled_backward: block map built for Tq=" + std::to_string(map.Tq) +
+                    " Tk=" + std::to_string(map.Tk) + " heads=" + std::to_string(map.heads) +
+                    ", expected Tq=" + std::to_string(p.Tq) + " Tk=" + std::to_string(p.Tk) + " heads=1 or " +
+                    std::to_string(p.Hq));
   if (!is_float(p.dtype))
-    throw Error(ErrorCode::unsupported_dtype,
-                "cpu tiled_backward: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
+    throw Error(
+        ErrorCode::unsupported_dtype,
+        "cpu tiled_backward: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
   if (p.B == 0 || p.Tq == 0 || p.Tk == 0) return;  // nothing visible: the zero-filled buffers are the answer
   const i64 bq = map.bq, bk = map.bk, bqp = round_up(bq, 16), bkp = round_up(bk, 16);
 
@@ -545,7 +550,8 @@ void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuff
   std::vector<ColBlock> col(static_cast<std::size_t>(map.num_blocks()));
   for (i64 hh = 0; hh < map.heads; ++hh)
     for (i64 qb = 0; qb < map.nq; ++qb)
-      for (const BlockMap::Block& blk : map.row(hh, qb)) ++col_start[static_cast<std::size_t>(hh * map.nk + blk.kv + 1)];
+      for (const BlockMap::Block& blk : map.row(hh, qb))
+        ++col_start[static_cast<std::size_t>(hh * map.nk + blk.kv + 1)];
   for (std::size_t i = 1; i < col_start.size(); ++i) col_start[i] += col_start[i - 1];
   {
     std::vector<i64> fill(col_start.begin(), col_start.end() - 1);
@@ -582,8 +588,9 @@ void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuff
         for (i64 h = 0; h < p.Hq; ++h)
           if (all_h || h / p.group() == kvh) n += column_size(h, kb);
         if (n > 0)
-          tasks.push_back({1, all_b ? -1 : static_cast<std::int32_t>(b), all_h ? -1 : static_cast<std::int32_t>(kvh),
-                           static_cast<std::int32_t>(kb), 4 * n * (all_b ? p.B : 1)});
+          tasks.push_back({1, all_b ? -1 : static_cast<std::int32_t>(b),
+                           all_h ? -1 : static_cast<std::int32_t>(kvh), static_cast<std::int32_t>(kb),
+                           4 * n * (all_b ? p.B : 1)});
       }
   std::stable_sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) { return x.cost > y.cost; });
 
@@ -597,9 +604,22 @@ void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuff
   row_statistics(bp, scratch, nt, lz.data(), di.data(), grads);
 
   const bool cap = p.soft_cap.has_value();
-  const Backward k{bp,        p,           map,        grads, lz.data(), di.data(), col_start.data(),
-                   col.data(), bq,         bk,         bqp,   bkp,       static_cast<float>(p.scale),
-                   cap ? static_cast<float>(*p.soft_cap) : 1.f,     cap,       p.dtype != DType::f32,
+  const Backward k{bp,
+                   p,
+                   map,
+                   grads,
+                   lz.data(),
+                   di.data(),
+                   col_start.data(),
+                   col.data(),
+                   bq,
+                   bk,
+                   bqp,
+                   bkp,
+                   static_cast<float>(p.scale),
+                   cap ? static_cast<float>(*p.soft_cap) : 1.f,
+                   cap,
+                   p.dtype != DType::f32,
                    p.has_segments()};
   const auto ntasks = static_cast<i64>(tasks.size());
 #pragma omp parallel num_threads(nt)

@@ -43,9 +43,9 @@ struct AttentionGradients {
 // contiguous f32 [B, Hq, Tq].
 struct BackwardProblem {
   AttentionProblem fwd;
-  TensorView out;             // [B, Tq, Hq, Dv]
-  const float* lse = nullptr; // [B, Hq, Tq]; -inf marks a fully masked row
-  TensorView dout;            // [B, Tq, Hq, Dv]
+  TensorView out;              // [B, Tq, Hq, Dv]
+  const float* lse = nullptr;  // [B, Hq, Tq]; -inf marks a fully masked row
+  TensorView dout;             // [B, Tq, Hq, Dv]
   // dbias shape [bias_B, bias_H, Tq, Tk] (1 where the bias was broadcast); 0 without a bias.
   std::int64_t bias_B = 0, bias_H = 0;
   std::vector<Tensor> owned;  // converted copies that out / lse / dout may point into

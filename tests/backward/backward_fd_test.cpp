@@ -39,8 +39,8 @@ double loss(const Case& c, const Tensor& dout) {
                                       const char* name) {
   constexpr double kEps = 1e-3, kTol = 1e-6;
   if (static_cast<std::size_t>(t.numel()) != want.size())
-    return ::testing::AssertionFailure() << name << ": gradient has " << want.size() << " elements, input "
-                                         << t.numel();
+    return ::testing::AssertionFailure()
+           << name << ": gradient has " << want.size() << " elements, input " << t.numel();
   double scale = 1;
   for (double w : want) scale = std::max(scale, std::abs(w));
   float* x = t.data_as<float>();
@@ -54,8 +54,9 @@ double loss(const Case& c, const Tensor& dout) {
     x[i] = x0;
     const double fd = (lp - lm) / (static_cast<double>(xp) - static_cast<double>(xm));
     if (!(std::abs(fd - want[i]) <= kTol * scale))
-      return ::testing::AssertionFailure() << name << "[" << i << "]: analytic " << want[i] << ", finite difference "
-                                           << fd << " (tolerance " << kTol * scale << ")";
+      return ::testing::AssertionFailure()
+             << name << "[" << i << "]: analytic " << want[i] << ", finite difference " << fd
+             << " (tolerance " << kTol * scale << ")";
   }
   return ::testing::AssertionSuccess();
 }
@@ -81,7 +82,8 @@ void check_case(Case& c, std::uint64_t seed) {
   }
 }
 
-CaseSpec shape(std::int64_t B, std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv, std::int64_t D) {
+CaseSpec shape(std::int64_t B, std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv,
+               std::int64_t D) {
   CaseSpec s;
   s.B = B, s.Tq = Tq, s.Tk = Tk, s.Hq = Hq, s.Hkv = Hkv, s.D = D;
   return s;

@@ -92,7 +92,8 @@ TEST(BackwardEdges, FullyMaskedRowsGiveZeroGradients) {
       for (std::int64_t d = 0; d < 16; ++d)
         ASSERT_EQ(got.dq.at(static_cast<std::size_t>((i * 2 + h) * 16 + d)), 0.f) << "row " << i;
   for (const Tensor* t : {&got.dq, &got.dk, &got.dv, &*got.dsinks, &*got.dbias})
-    for (std::int64_t i = 0; i < t->numel(); ++i) ASSERT_TRUE(std::isfinite(t->at(static_cast<std::size_t>(i))));
+    for (std::int64_t i = 0; i < t->numel(); ++i)
+      ASSERT_TRUE(std::isfinite(t->at(static_cast<std::size_t>(i))));
   EXPECT_TRUE(testing::gradients_match(bc.bp, native::reference_backward_f64(bc.bp), got));
 }
 

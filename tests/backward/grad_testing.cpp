@@ -10,9 +10,12 @@ namespace attnops::testing {
 
 double gradient_tolerance(DType t) {
   switch (t) {
-    case DType::f16: return 4e-3;
-    case DType::bf16: return 2.5e-2;
-    default: return 4e-5;
+    case DType::f16:
+      return 4e-3;
+    case DType::bf16:
+      return 2.5e-2;
+    default:
+      return 4e-5;
   }
 }
 
@@ -59,8 +62,8 @@ struct Named {
       if (e > worst) worst = e, worst_i = i;
     }
     if (!(worst <= tol * scale))
-      fail << g.name << ": max err " << worst << " > " << tol << " * " << scale << " at flat index " << worst_i
-           << " (got " << g.got->at(worst_i) << ", want " << (*g.want)[worst_i] << "); ";
+      fail << g.name << ": max err " << worst << " > " << tol << " * " << scale << " at flat index "
+           << worst_i << " (got " << g.got->at(worst_i) << ", want " << (*g.want)[worst_i] << "); ";
   }
   if (fail.str().empty()) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << fail.str();

@@ -10,11 +10,11 @@
 // The oracle reads the same rounded q, k, v, dout, so input rounding is not error.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
-
-#include <gtest/gtest.h>
 
 #include "attnops/attnops.h"
 #include "backends/native/reference_backward.h"
@@ -35,10 +35,12 @@ BackwardCase make_backward_case(const Case& c, std::int64_t bq, std::int64_t bk,
 
 // Compares every gradient of `got` (dq, dk, dv, and dsinks / dbias when present) with `want`.
 ::testing::AssertionResult gradients_match(const BackwardProblem& bp, const native::ReferenceGradients& want,
-                                           const GradientBuffers& got, std::optional<double> tol = std::nullopt);
+                                           const GradientBuffers& got,
+                                           std::optional<double> tol = std::nullopt);
 
 // Same for an AttentionGradients returned by the API.
 ::testing::AssertionResult gradients_match(const BackwardProblem& bp, const native::ReferenceGradients& want,
-                                           const AttentionGradients& got, std::optional<double> tol = std::nullopt);
+                                           const AttentionGradients& got,
+                                           std::optional<double> tol = std::nullopt);
 
 }  // namespace attnops::testing

@@ -1,5 +1,6 @@
 // GoogleMock doubles for routing tests: a host whose capabilities a test sets, and operators
-// that keep their real gates (fallback policy, implements) but record forward_* calls.
+// that keep their real gates (fallback policy, implements, implements_backward) but record
+// forward_* and backward_* calls.
 #pragma once
 
 #include <gmock/gmock.h>
@@ -27,12 +28,20 @@ class MockOp : public Base {
     ON_CALL(*this, forward_cpu).WillByDefault(Return(AttentionOutput{}));
     ON_CALL(*this, forward_gpu).WillByDefault(Return(AttentionOutput{}));
     ON_CALL(*this, forward_tpu).WillByDefault(Return(AttentionOutput{}));
+    ON_CALL(*this, backward_native).WillByDefault(Return(AttentionGradients{}));
+    ON_CALL(*this, backward_cpu).WillByDefault(Return(AttentionGradients{}));
+    ON_CALL(*this, backward_gpu).WillByDefault(Return(AttentionGradients{}));
+    ON_CALL(*this, backward_tpu).WillByDefault(Return(AttentionGradients{}));
   }
   MOCK_METHOD(std::optional<Reason>, check_inputs, (Backend, const AttentionProblem&), (const, override));
   MOCK_METHOD(AttentionOutput, forward_native, (const AttentionProblem&), (override));
   MOCK_METHOD(AttentionOutput, forward_cpu, (const AttentionProblem&), (override));
   MOCK_METHOD(AttentionOutput, forward_gpu, (const AttentionProblem&), (override));
   MOCK_METHOD(AttentionOutput, forward_tpu, (const AttentionProblem&), (override));
+  MOCK_METHOD(AttentionGradients, backward_native, (const BackwardProblem&), (override));
+  MOCK_METHOD(AttentionGradients, backward_cpu, (const BackwardProblem&), (override));
+  MOCK_METHOD(AttentionGradients, backward_gpu, (const BackwardProblem&), (override));
+  MOCK_METHOD(AttentionGradients, backward_tpu, (const BackwardProblem&), (override));
 };
 
 }  // namespace attnops::testing

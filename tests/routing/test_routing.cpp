@@ -10,6 +10,7 @@
 #include "operators/flash_attn2.h"
 #include "operators/vanilla.h"
 #include "tests/routing/mocks.h"
+#include "tests/routing/routing_fixture.h"
 #include "tests/support/testing.h"
 
 namespace attnops::testing {
@@ -20,64 +21,6 @@ using ::testing::HasSubstr;
 using ::testing::NiceMock;
 using ::testing::Return;
 using ::testing::Throw;
-
-// Expects exactly one call of `op`'s forward for backend `b` and none of its other forwards.
-template <class Op>
-void expect_only(Op& op, std::optional<Backend> b) {
-  EXPECT_CALL(op, forward_native(_)).Times(b == Backend::native ? 1 : 0);
-  EXPECT_CALL(op, forward_cpu(_)).Times(b == Backend::cpu ? 1 : 0);
-  EXPECT_CALL(op, forward_gpu(_)).Times(b == Backend::gpu ? 1 : 0);
-  EXPECT_CALL(op, forward_tpu(_)).Times(b == Backend::tpu ? 1 : 0);
-}
-
-class Routing : public ::testing::Test {
- protected:
-  void SetUp() override {
-    unsetenv("ATTNOPS_FORCE_NATIVE");
-    unsetenv("ATTNOPS_LOG");
-    ON_CALL(*host, availability(_, _)).WillByDefault([this](Backend b, const GpuSettings&) {
-      switch (b) {
-        case Backend::gpu: return Availability{gpu_present, gpu_present ? "mock gpu" : "no Vulkan device (mock)"};
-        case Backend::tpu: return Availability{false, "no TPU runtime (mock)"};
-        default: return Availability{true, "mock"};
-      }
-    });
-    reg.add({"vanilla", {}, VanillaAttn::default_metadata(), [this](const OperationMetadata& md) {
-               auto p = std::make_shared<NiceMock<MockOp<VanillaAttn>>>(md);
-               van = p.get();
-               return p;
-             }});
-    reg.add({"blocksparse", {"splash"}, BlockSparseAttn::default_metadata(), [this](const OperationMetadata& md) {
-               auto p = std::make_shared<NiceMock<MockOp<BlockSparseAttn>>>(md);
-               bs = p.get();
-               return p;
-             }});
-    reg.add({"flash_attn2", {"flash"}, FlashAttn2::default_metadata(), [this](const OperationMetadata& md) {
-               auto p = std::make_shared<NiceMock<MockOp<FlashAttn2>>>(md);
-               fl = p.get();
-               return p;
-             }});
-  }
-  void TearDown() override {
-    unsetenv("ATTNOPS_FORCE_NATIVE");
-    unsetenv("ATTNOPS_LOG");
-  }
-
-  // q [1, Tq, 4, 16], k/v [1, Tk, 2, 16]
-  void shapes(std::int64_t Tq, std::int64_t Tk) {
-    q = Tensor(DType::f32, {1, Tq, 4, 16});
-    k = Tensor(DType::f32, {1, Tk, 2, 16});
-    v = Tensor(DType::f32, {1, Tk, 2, 16});
-  }
-
-  bool gpu_present = false;
-  std::shared_ptr<NiceMock<MockHost>> host = std::make_shared<NiceMock<MockHost>>();
-  Registry reg{host};
-  MockOp<VanillaAttn>* van = nullptr;
-  MockOp<BlockSparseAttn>* bs = nullptr;
-  MockOp<FlashAttn2>* fl = nullptr;
-  Tensor q, k, v;
-};
 
 TEST_F(Routing, DecodeFallsBackToVanilla) {
   shapes(1, 300);
