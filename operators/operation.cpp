@@ -46,16 +46,21 @@ AttentionGradients OperationImpl::backward_gpu(const BackwardProblem&) {
 }
 
 AttentionGradients OperationImpl::backward_tpu(const BackwardProblem&) {
-  throw Error(ErrorCode::backend_unavailable,
-              name() + ": backward_tpu: no TPU runtime exists in this build (attnops has no PJRT/libtpu backend)");
+  throw Error(
+      ErrorCode::backend_unavailable,
+      name() + ": backward_tpu: no TPU runtime exists in this build (attnops has no PJRT/libtpu backend)");
 }
 
 AttentionGradients OperationImpl::backward(Backend backend, const BackwardProblem& p) {
   switch (backend) {
-    case Backend::native: return backward_native(p);
-    case Backend::cpu: return backward_cpu(p);
-    case Backend::gpu: return backward_gpu(p);
-    case Backend::tpu: return backward_tpu(p);
+    case Backend::native:
+      return backward_native(p);
+    case Backend::cpu:
+      return backward_cpu(p);
+    case Backend::gpu:
+      return backward_gpu(p);
+    case Backend::tpu:
+      return backward_tpu(p);
   }
   throw Error(ErrorCode::internal, "unknown backend");
 }

@@ -37,8 +37,12 @@ AttentionOutput TiledOperator::forward_gpu(const AttentionProblem& p) {
   });
 }
 
-AttentionGradients TiledOperator::backward_native(const BackwardProblem& p) { return native_backward(p); }
+AttentionGradients TiledOperator::backward_native(const BackwardProblem& p) {
+  return native_backward(p);
+}
 
-AttentionGradients TiledOperator::backward_cpu(const BackwardProblem& p) { return cpu_backward(p); }
+AttentionGradients TiledOperator::backward_cpu(const BackwardProblem& p) {
+  return cpu_backward(p);
+}
 
 }  // namespace attnops

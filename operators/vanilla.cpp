@@ -29,8 +29,12 @@ AttentionOutput VanillaAttn::forward_gpu(const AttentionProblem& p) {
   });
 }
 
-AttentionGradients VanillaAttn::backward_native(const BackwardProblem& p) { return native_backward(p); }
+AttentionGradients VanillaAttn::backward_native(const BackwardProblem& p) {
+  return native_backward(p);
+}
 
-AttentionGradients VanillaAttn::backward_cpu(const BackwardProblem& p) { return cpu_backward(p); }
+AttentionGradients VanillaAttn::backward_cpu(const BackwardProblem& p) {
+  return cpu_backward(p);
+}
 
 }  // namespace attnops

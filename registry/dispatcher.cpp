@@ -52,10 +52,12 @@ std::optional<Reason> prefixed(std::optional<Reason> r, Backend b) {
 
 }  // namespace
 
-std::optional<Reason> check_backend(const OperationImpl& op, Backend b, const AttentionProblem& p, const Host& host) {
+std::optional<Reason> check_backend(const OperationImpl& op, Backend b, const AttentionProblem& p,
+                                    const Host& host) {
   if (auto r = check_host(op, b, host)) return r;
   const std::string bn(backend_name(b));
-  if (!op.implements(b)) return Reason{ReasonCode::not_implemented, bn + ": " + op.name() + " has no forward_" + bn};
+  if (!op.implements(b))
+    return Reason{ReasonCode::not_implemented, bn + ": " + op.name() + " has no forward_" + bn};
   return prefixed(op.check_inputs(b, p), b);
 }
 
@@ -137,24 +139,26 @@ Result first_candidate(const OperationImpl& op, const std::vector<Backend>& cand
     }
   }
   log(flags, d);
-  throw Error(ErrorCode::backend_unavailable, "no backend can run " +
-                                                  std::string(d.pass == Pass::backward ? "the backward of '" : "'") +
-                                                  op.name() + "' for this call: " + join_reasons(d.reasons));
+  throw Error(ErrorCode::backend_unavailable,
+              "no backend can run " + std::string(d.pass == Pass::backward ? "the backward of '" : "'") +
+                  op.name() + "' for this call: " + join_reasons(d.reasons));
 }
 
 }  // namespace
 
-AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const Host& host, const TensorView& q,
-                         const TensorView& k, const TensorView& v, const AttentionOptions& options,
-                         const RuntimeFlags& flags, bool execute) {
+AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const Host& host,
+                         const TensorView& q, const TensorView& k, const TensorView& v,
+                         const AttentionOptions& options, const RuntimeFlags& flags, bool execute) {
   // The problem is built with the requested operator's metadata: scale, runtime dtype and thread
   // count are shared settings; block sizes matter only to the tiled operators.
   const AttentionProblem p = make_problem(q, k, v, options, requested.metadata());
   DispatchDecision d;
   OperationImpl& op = choose_operator(requested, vanilla, p, d);
   if (p.want_weights && !op.returns_weights())
-    throw Error(ErrorCode::invalid_argument, "return_weights: only vanilla returns attention weights, and this call "
-                                             "runs '" + op.name() + "' (use the vanilla operator)");
+    throw Error(ErrorCode::invalid_argument,
+                "return_weights: only vanilla returns attention weights, and this call "
+                "runs '" +
+                    op.name() + "' (use the vanilla operator)");
   const std::vector<Backend> candidates = candidates_for(op, flags, d);
   return first_candidate<AttentionOutput>(
       op, candidates, d, flags, [&](Backend b) { return check_backend(op, b, p, host); },

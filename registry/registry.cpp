@@ -21,7 +21,8 @@ DispatchDecision Attention::plan(const TensorView& q, const TensorView& k, const
 AttentionGradients Attention::backward(const TensorView& q, const TensorView& k, const TensorView& v,
                                        const TensorView& out, const TensorView& lse, const TensorView& dout,
                                        const AttentionOptions& options) const {
-  return dispatch_backward(*op_, *vanilla_, *host_, q, k, v, out, lse, dout, options, RuntimeFlags::from_env());
+  return dispatch_backward(*op_, *vanilla_, *host_, q, k, v, out, lse, dout, options,
+                           RuntimeFlags::from_env());
 }
 
 AttentionGradients Attention::backward(const TensorView& q, const TensorView& k, const TensorView& v,

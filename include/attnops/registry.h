@@ -49,8 +49,8 @@ class Attention {
   // forward's results (call it with return_lse = true), dout the gradient of out. The operator
   // the forward ran (after the same fallbacks) runs the backward, on the first backend candidate
   // that implements it; the result carries its own decision (pass "backward").
-  AttentionGradients backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
-                              const TensorView& lse, const TensorView& dout,
+  AttentionGradients backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                              const TensorView& out, const TensorView& lse, const TensorView& dout,
                               const AttentionOptions& options = {}) const;
   // The same, with out and lse taken from the forward's result (Error invalid_argument when it
   // has no lse).
