@@ -5,8 +5,10 @@
 //     [--chunk N] [--soft-cap X] [--sinks S.npy] [--bias B.npy]
 //     [--segment-ids-q SQ.npy --segment-ids-kv SKV.npy] [--dtype f32|f16|bf16]
 //     [--lse-out L.npy] [--weights-out W.npy] [--threads N] [--explain]
+//     [--dout G.npy --dq-out DQ.npy --dk-out DK.npy --dv-out DV.npy [--dsinks-out] [--dbias-out]]
 //
-// --explain prints the DispatchDecision as one JSON object, the last line on stderr.
+// --explain prints the DispatchDecision as one JSON object, the last line on stderr; with
+// --dout (the backward, see run_backward.h) the backward's decision follows on its own line.
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -15,6 +17,7 @@
 #include "attnops/attnops.h"
 #include "cli/commands.h"
 #include "cli/npy.h"
+#include "cli/run_backward.h"
 #include "cli/settings.h"
 
 namespace attnops::cli {
@@ -28,6 +31,7 @@ struct RunArgs {
   long long chunk = 0;
   int threads = 0;
   CLI::Option *scale_opt = nullptr, *soft_cap_opt = nullptr, *chunk_opt = nullptr, *threads_opt = nullptr;
+  BackwardArgs backward;
 };
 
 Window parse_window(const std::string& text) {
@@ -38,6 +42,7 @@ Window parse_window(const std::string& text) {
 }
 
 int run(const RunArgs& a) {
+  check_backward_args(a.backward, !a.sinks.empty(), !a.bias.empty(), {a.out, a.lse_out, a.weights_out});
   Overrides o;
   if (!a.backend.empty()) o.backends = parse_backend_list(a.backend);
   if (a.scale_opt->count()) o.softmax_scale = a.scale;
@@ -59,16 +64,18 @@ int run(const RunArgs& a) {
   if (!a.bias.empty()) opts.bias = (bias = read_npy(a.bias))->view();
   if (!a.seg_q.empty()) opts.segment_ids_q = (seg_q = read_npy(a.seg_q))->view();
   if (!a.seg_kv.empty()) opts.segment_ids_kv = (seg_kv = read_npy(a.seg_kv))->view();
-  opts.return_lse = !a.lse_out.empty();
+  opts.return_lse = !a.lse_out.empty() || a.backward.requested();  // the backward needs the lse
   opts.return_weights = !a.weights_out.empty();
 
   const AttentionOutput r = attn(q, k, v, opts);
+  std::optional<GradientFiles> grads;  // computed before anything is written
+  if (a.backward.requested()) grads = run_backward(attn, q, k, v, r, opts, a.backward);
 
   // The output keeps the input's float dtype unless --dtype says otherwise; .npy has no bf16.
   DType out_dtype = q.dtype() == DType::f16 ? DType::f16 : DType::f32;
   if (o.runtime_dtype) out_dtype = *o.runtime_dtype == DType::bf16 ? DType::f32 : *o.runtime_dtype;
   write_npy(a.out, Tensor::copy_of(r.attention_outputs, out_dtype));
-  if (opts.return_lse) {
+  if (!a.lse_out.empty()) {
     if (!r.lse) throw Error(ErrorCode::internal, "the operator returned no lse although it was asked for");
     write_npy(a.lse_out, *r.lse);
   }
@@ -77,7 +84,11 @@ int run(const RunArgs& a) {
       throw Error(ErrorCode::internal, "the operator returned no weights although they were asked for");
     write_npy(a.weights_out, *r.attention_weights);
   }
-  if (a.explain) std::cerr << r.decision.to_json() << std::endl;
+  if (grads) write_gradients(*grads);
+  if (a.explain) {
+    std::cerr << r.decision.to_json() << std::endl;
+    if (grads) std::cerr << grads->decision.to_json() << std::endl;
+  }
   return 0;
 }
 
@@ -113,7 +124,10 @@ Command add_run_command(CLI::App& root) {
   app->add_option("--weights-out", a->weights_out, "Write the attention weights [B, Hq, Tq, Tk] f32 (.npy)");
   a->threads_opt =
       app->add_option("--threads", a->threads, "OpenMP threads (0 = default)")->check(CLI::NonNegativeNumber);
-  app->add_flag("--explain", a->explain, "Print the dispatch decision as JSON, last line on stderr");
+  app->add_flag("--explain", a->explain,
+                "Print the dispatch decision as JSON, last line on stderr (with --dout: the forward's, then "
+                "the backward's)");
+  add_backward_options(app, a->backward);
   return {app, [a] { return run(*a); }};
 }
 
