@@ -2,6 +2,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+
 #include "attnops/decision.h"
 #include "attnops/error.h"
 #include "cli/settings.h"
@@ -64,6 +66,21 @@ std::vector<bool> parse_causal_mode(std::string_view text) {
               "causal: expected true, false or both, got '" + std::string(text) + "'");
 }
 
+std::vector<Pass> parse_passes(std::string_view text) {
+  if (text == "both") return {Pass::forward, Pass::backward};
+  std::vector<Pass> out;
+  for (const std::string& piece : split(text, ',')) {
+    if (piece == "forward" || piece == "backward") {
+      const Pass p = piece == "forward" ? Pass::forward : Pass::backward;
+      if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+    } else {
+      throw Error(ErrorCode::invalid_argument,
+                  "passes: expected forward, backward or both, got '" + std::string(text) + "'");
+    }
+  }
+  return out;
+}
+
 namespace {
 
 [[noreturn]] void bad(const std::string& file, const YAML::Node& n, const std::string& key,
@@ -119,6 +136,11 @@ BenchSpec load_bench_file(const std::string& path) {
         }
       } else if (key == "causal") {
         spec.causal = parse_causal_mode(v.as<std::string>());
+      } else if (key == "passes") {
+        spec.passes.clear();
+        for (const auto& x : strings(path, v, key))
+          for (Pass p : parse_passes(x))
+            if (std::find(spec.passes.begin(), spec.passes.end(), p) == spec.passes.end()) spec.passes.push_back(p);
       } else if (key == "repeats") {
         spec.repeats = v.as<int>();
         if (spec.repeats < 1) bad(path, v, key, "expected >= 1");
@@ -127,7 +149,7 @@ BenchSpec load_bench_file(const std::string& path) {
         if (spec.sgemm < 0) bad(path, v, key, "expected >= 0");
       } else {
         bad(path, kv.first, key,
-            "unknown key (expected ops, backends, shapes, dtypes, causal, repeats, sgemm)");
+            "unknown key (expected ops, backends, shapes, dtypes, causal, passes, repeats, sgemm)");
       }
     } catch (const YAML::Exception& e) {
       bad(path, v, key, std::string("wrong type (") + e.what() + ")");

@@ -10,6 +10,11 @@
 //
 // GFLOP/s = 2 * (D + Dv) * B * Hq * (visible (q, k) pairs) / time: 4*B*Hq*Tq*Tk*D for a dense
 // mask, only the visible pairs for causal (about half), as the benchmarks of flash attention do.
+//
+// Backward rows (passes: backward) run the forward once (with lse) outside the timing and time
+// attn.backward(q, k, v, forward, dout); their GFLOP/s count 2.5 times the forward's FLOPs (the
+// usual convention), their max_err is the largest gradient error against the fp64 backward
+// oracle, and their decision (ran, backend, reasons) is the backward's.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -41,10 +46,10 @@ namespace {
 
 constexpr const char* kFlopsNote =
     "GFLOP/s = 4*B*Hq*D*(visible q,k pairs)/time: dense rows count Tq*Tk pairs, causal rows only the visible "
-    "ones (about half)";
+    "ones (about half); backward rows count 2.5 times that";
 
 struct BenchArgs {
-  std::string file, ops, backends, shapes, dtypes, config, csv, json, plot;
+  std::string file, ops, backends, shapes, dtypes, passes, config, csv, json, plot;
   bool causal = false, no_causal = false, both = false, progress = false, no_progress = false;
   int repeats = 0, threads = 0, sgemm = -1;
 };
@@ -56,6 +61,7 @@ struct Row {
   BenchShape shape;
   DType dtype = DType::f32;
   bool causal = true;
+  Pass pass = Pass::forward;
   double median_ms = NAN, gflops = NAN, vs_sgemm = NAN, max_err = NAN;
   std::string error;  // when the row could not run
 };
@@ -89,11 +95,25 @@ void run_row(Row& row, const Config& base, const Overrides& threads, int repeats
   opts.causal = row.causal;
 
   const Qkv in = make_inputs(row.shape, row.dtype, 7);
+  const bool backward = row.pass == Pass::backward;
+  if (backward) opts.return_lse = true;
   using Clock = std::chrono::steady_clock;
   const auto elapsed_ms = [](Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   };
-  AttentionOutput r = attn(in.q, in.k, in.v, opts);  // warm-up: allocations, pipelines, block maps
+  // Warm-up (allocations, pipelines, block maps); for a backward row, its forward's residuals.
+  AttentionOutput r = attn(in.q, in.k, in.v, opts);
+  const Tensor dout = backward ? random_tensor(row.dtype, r.attention_outputs.shape(), 8) : Tensor();
+  DispatchDecision decision = r.decision;
+  const auto call = [&] {
+    if (!backward) {
+      r = attn(in.q, in.k, in.v, opts);
+      decision = r.decision;
+    } else {
+      decision = attn.backward(in.q, in.k, in.v, r, dout, opts).decision;
+    }
+  };
+  if (backward) call();
   // Each timed sample repeats the call until it has lasted >= kMinSampleMs (at most kMaxCalls
   // calls), so that short calls are not rounded to the scheduler's time slice on a busy machine;
   // the sample is the mean time per call.
@@ -105,7 +125,7 @@ void run_row(Row& row, const Config& base, const Overrides& threads, int repeats
     int calls = 0;
     double total = 0;
     do {
-      r = attn(in.q, in.k, in.v, opts);
+      call();
       ++calls;
       total = elapsed_ms(t0);
     } while (total < kMinSampleMs && calls < kMaxCalls);
@@ -113,17 +133,25 @@ void run_row(Row& row, const Config& base, const Overrides& threads, int repeats
   }
   std::sort(ms.begin(), ms.end());
   row.median_ms = ms[ms.size() / 2];
-  row.ran = r.decision.op;
-  row.backend = std::string(backend_name(r.decision.backend));
-  row.reasons = reason_codes(r.decision);
-  const OperationMetadata& md = metadata_that_ran(attn, r.decision);
+  row.ran = decision.op;
+  row.backend = std::string(backend_name(decision.backend));
+  row.reasons = reason_codes(decision);
+  const OperationMetadata& md = metadata_that_ran(attn, decision);
   const AttentionProblem p = make_problem(in.q, in.k, in.v, opts, md);
-  row.gflops = attention_flops(p, visible_pairs(p)) / (row.median_ms * 1e6);
+  const double flops = backward ? backward_flops(p, visible_pairs(p)) : attention_flops(p, visible_pairs(p));
+  row.gflops = flops / (row.median_ms * 1e6);
 
   const Qkv small = make_inputs(verification_shape(row.shape), row.dtype, 11);
   const AttentionOutput sr = attn(small.q, small.k, small.v, opts);
-  const OperationMetadata& smd = metadata_that_ran(attn, sr.decision);
-  row.max_err = max_error_vs_oracle(small.q, small.k, small.v, opts, smd, sr.attention_outputs);
+  if (!backward) {
+    const OperationMetadata& smd = metadata_that_ran(attn, sr.decision);
+    row.max_err = max_error_vs_oracle(small.q, small.k, small.v, opts, smd, sr.attention_outputs);
+  } else {
+    const Tensor sdout = random_tensor(row.dtype, sr.attention_outputs.shape(), 12);
+    const AttentionGradients sg = attn.backward(small.q, small.k, small.v, sr, sdout, opts);
+    row.max_err = max_gradient_error_vs_oracle(small.q, small.k, small.v, sr.attention_outputs, *sr.lse, sdout, opts,
+                                               metadata_that_ran(attn, sg.decision), sg);
+  }
 }
 
 std::string fmt(const char* f, double v) {
@@ -136,22 +164,23 @@ std::string fmt(const char* f, double v) {
 void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmResult& sgemm) {
   out << "# " << kFlopsNote << "\n";
   char line[512];
-  std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-22s %-5s %-6s %10s %9s %8s %9s  %s\n", "operator",
-                "asked", "ran", "backend", "shape", "dtype", "causal", "median_ms", "GFLOP/s", "vs_sgemm",
-                "max_err", "reasons");
+  std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-22s %-5s %-6s %-4s %10s %9s %8s %9s  %s\n",
+                "operator", "asked", "ran", "backend", "shape", "dtype", "causal", "pass", "median_ms", "GFLOP/s",
+                "vs_sgemm", "max_err", "reasons");
   out << line;
   if (sgemm.n > 0) {
     const std::string shape = std::to_string(sgemm.n) + "^3";
-    std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-22s %-5s %-6s %10.3f %9.1f %8.2f %9s  %s\n",
-                  "eigen_sgemm", "-", "sgemm", "cpu", shape.c_str(), "f32", "-", sgemm.median_ms,
+    std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-22s %-5s %-6s %-4s %10.3f %9.1f %8.2f %9s  %s\n",
+                  "eigen_sgemm", "-", "sgemm", "cpu", shape.c_str(), "f32", "-", "-", sgemm.median_ms,
                   sgemm.gflops, 1.0, "-", "");
     out << line;
   }
   for (const Row& r : rows) {
-    std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-22s %-5s %-6s %10s %9s %8s %9s  %s\n",
+    std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-22s %-5s %-6s %-4s %10s %9s %8s %9s  %s\n",
                   r.op.c_str(), r.backend_requested.c_str(), r.ran.empty() ? "-" : r.ran.c_str(),
                   r.backend.empty() ? "-" : r.backend.c_str(), r.shape.label().c_str(),
                   std::string(dtype_name(r.dtype)).c_str(), r.causal ? "yes" : "no",
+                  r.pass == Pass::backward ? "bwd" : "fwd",
                   fmt("%.3f", r.median_ms).c_str(), fmt("%.1f", r.gflops).c_str(),
                   fmt("%.3f", r.vs_sgemm).c_str(), fmt("%.2e", r.max_err).c_str(),
                   r.error.empty() ? r.reasons.c_str() : ("error: " + r.error).c_str());
@@ -172,16 +201,17 @@ std::string csv_quote(const std::string& s) {
 void write_csv(const std::string& path, const std::vector<Row>& rows, const SgemmResult& sgemm) {
   std::ofstream f(path);
   if (!f) throw Error(ErrorCode::io_error, "--csv " + path + ": cannot open for writing");
-  f << "operator,backend_requested,ran,backend,B,Hq,Hkv,Tq,Tk,D,dtype,causal,"
+  f << "operator,backend_requested,ran,backend,B,Hq,Hkv,Tq,Tk,D,dtype,causal,pass,"
        "median_ms,gflops,vs_sgemm,max_err,reasons,error\n";
   auto num = [](double v) { return std::isfinite(v) ? fmt("%.6g", v) : std::string(); };
   if (sgemm.n > 0)
-    f << "eigen_sgemm,,sgemm,cpu,,,,,," << sgemm.n << ",f32,," << num(sgemm.median_ms) << ","
+    f << "eigen_sgemm,,sgemm,cpu,,,,,," << sgemm.n << ",f32,,," << num(sgemm.median_ms) << ","
       << num(sgemm.gflops) << ",1,,,\n";
   for (const Row& r : rows)
     f << r.op << "," << r.backend_requested << "," << r.ran << "," << r.backend << "," << r.shape.B << ","
       << r.shape.Hq << "," << r.shape.Hkv << "," << r.shape.Tq << "," << r.shape.Tk << "," << r.shape.D << ","
-      << dtype_name(r.dtype) << "," << (r.causal ? "true" : "false") << "," << num(r.median_ms) << ","
+      << dtype_name(r.dtype) << "," << (r.causal ? "true" : "false") << "," << pass_name(r.pass) << ","
+      << num(r.median_ms) << ","
       << num(r.gflops) << "," << num(r.vs_sgemm) << "," << num(r.max_err) << "," << csv_quote(r.reasons)
       << "," << csv_quote(r.error) << "\n";
   if (!f) throw Error(ErrorCode::io_error, "--csv " + path + ": write failed");
@@ -206,6 +236,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Sge
                          {"D", r.shape.D},
                          {"dtype", std::string(dtype_name(r.dtype))},
                          {"causal", r.causal},
+                         {"pass", std::string(pass_name(r.pass))},
                          {"median_ms", num(r.median_ms)},
                          {"gflops", num(r.gflops)},
                          {"vs_sgemm", num(r.vs_sgemm)},
@@ -219,7 +250,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Sge
 }
 
 void plot_rows(const std::string& path, const std::vector<Row>& rows, const SgemmResult& sgemm,
-               bool both_causal, bool several_dtypes) {
+               bool both_causal, bool several_dtypes, bool both_passes) {
   PlotSpec spec;
   spec.title = "attnops bench: GFLOP/s per shape (causal rows count visible pairs only)";
   spec.ylabel = "GFLOP/s";
@@ -234,6 +265,7 @@ void plot_rows(const std::string& path, const std::vector<Row>& rows, const Sgem
   const auto series_of = [&](const Row& r) {
     std::string key = r.op + "/" + r.backend_requested;
     if (both_causal) key += r.causal ? " causal" : " non-causal";
+    if (both_passes) key += r.pass == Pass::backward ? " backward" : " forward";
     return key;
   };
   for (const Row& r : rows) {
@@ -280,6 +312,7 @@ int bench(const BenchArgs& a) {
       spec.dtypes.push_back(*d);
     }
   }
+  if (!a.passes.empty()) spec.passes = parse_passes(a.passes);
   if (a.causal) spec.causal = {true};
   if (a.no_causal) spec.causal = {false};
   if (a.both) spec.causal = {true, false};
@@ -298,13 +331,15 @@ int bench(const BenchArgs& a) {
     for (const auto& backend : spec.backends)
       for (const auto& shape : spec.shapes)
         for (DType dtype : spec.dtypes)
-          for (bool causal : spec.causal) {
+          for (bool causal : spec.causal)
+            for (Pass pass : spec.passes) {
             Row r;
             r.op = op;
             r.backend_requested = backend;
             r.shape = shape;
             r.dtype = dtype;
             r.causal = causal;
+            r.pass = pass;
             rows.push_back(std::move(r));
           }
 
@@ -319,7 +354,8 @@ int bench(const BenchArgs& a) {
   }
   for (Row& r : rows) {
     bar.update(done, r.op + "/" + r.backend_requested + " " + r.shape.label() + " " +
-                         std::string(dtype_name(r.dtype)) + (r.causal ? " causal" : " non-causal"));
+                         std::string(dtype_name(r.dtype)) + (r.causal ? " causal" : " non-causal") +
+                         (r.pass == Pass::backward ? " backward" : ""));
     try {
       run_row(r, config, threads, spec.repeats);
       if (sgemm.gflops > 0) r.vs_sgemm = r.gflops / sgemm.gflops;
@@ -333,7 +369,8 @@ int bench(const BenchArgs& a) {
   print_table(std::cout, rows, sgemm);
   if (!a.csv.empty()) write_csv(a.csv, rows, sgemm);
   if (!a.json.empty()) write_json(a.json, rows, sgemm);
-  if (!a.plot.empty()) plot_rows(a.plot, rows, sgemm, spec.causal.size() > 1, spec.dtypes.size() > 1);
+  if (!a.plot.empty())
+    plot_rows(a.plot, rows, sgemm, spec.causal.size() > 1, spec.dtypes.size() > 1, spec.passes.size() > 1);
   return std::cout ? 0 : 2;
 }
 
@@ -350,6 +387,7 @@ Command add_bench_command(CLI::App& root) {
   auto* c = app->add_flag("--causal", a->causal, "Causal rows only (the default)");
   auto* nc = app->add_flag("--no-causal", a->no_causal, "Non-causal rows only");
   app->add_flag("--both", a->both, "Causal and non-causal rows")->excludes(c)->excludes(nc);
+  app->add_option("--passes", a->passes, "forward, backward or both (default forward)");
   nc->excludes(c);
   app->add_option("--repeats", a->repeats, "Timed runs per row (median reported)")
       ->check(CLI::PositiveNumber);

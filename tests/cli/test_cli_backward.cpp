@@ -183,5 +183,50 @@ TEST(CliBackward, HelpListsTheFlags) {
     EXPECT_THAT(r.out, HasSubstr(f));
 }
 
+// `attnops bench --passes`: backward rows next to forward rows, 2.5x the FLOP count, gradient
+// errors against the fp64 backward oracle, the backward's own decision.
+TEST(CliBenchBackward, PassesBothGivesBackwardRows) {
+  TempDir dir;
+  const CliResult r = run_cli({"bench", "--ops", "blocksparse,flash_attn2", "--shapes",
+                               "1,2,128,32;1,2,1:128,32", "--passes", "both", "--repeats", "1", "--sgemm",
+                               "0", "--json", dir.file("b.json"), "--csv", dir.file("b.csv")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(" bwd "));
+  const auto doc = nlohmann::json::parse(testing::read_file(dir.file("b.json")));
+  ASSERT_EQ(doc["rows"].size(), 8u);
+  int backward_rows = 0;
+  for (const auto& row : doc["rows"]) {
+    EXPECT_EQ(row["error"], "") << row.dump();
+    EXPECT_LT(row["max_err"].get<double>(), 1e-4) << row.dump();
+    EXPECT_GT(row["gflops"].get<double>(), 0) << row.dump();
+    if (row["pass"] == "backward") {
+      ++backward_rows;
+      if (row["Tq"] == 1) {
+        EXPECT_EQ(row["ran"], "vanilla") << row.dump();  // decode: the forward's fallback
+      }
+    }
+  }
+  EXPECT_EQ(backward_rows, 4);
+  EXPECT_THAT(testing::read_file(dir.file("b.csv")), HasSubstr(",backward,"));
+}
+
+TEST(CliBenchBackward, FileKeyAndBadValues) {
+  TempDir dir;
+  testing::write_file(dir.file("b.yaml"),
+                      "ops: [vanilla]\nshapes: [\"1,1,32,16\"]\npasses: backward\nrepeats: 1\nsgemm: 0\n");
+  const CliResult r = run_cli({"bench", "--file", dir.file("b.yaml")});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(" bwd "));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr(" fwd ")));
+  testing::write_file(dir.file("bad.yaml"), "passes: [sideways]\n");
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"bench", "--passes", "sideways"},
+                                               {"bench", "--file", dir.file("bad.yaml")}}) {
+    const CliResult bad = run_cli(args);
+    EXPECT_EQ(bad.exit_code, 2) << bad.err;
+    EXPECT_THAT(bad.err, StartsWith("error:"));
+    EXPECT_THAT(bad.err, HasSubstr("passes"));
+  }
+}
+
 }  // namespace
 }  // namespace attnops::cli
