@@ -140,7 +140,8 @@ BenchSpec load_bench_file(const std::string& path) {
         spec.passes.clear();
         for (const auto& x : strings(path, v, key))
           for (Pass p : parse_passes(x))
-            if (std::find(spec.passes.begin(), spec.passes.end(), p) == spec.passes.end()) spec.passes.push_back(p);
+            if (std::find(spec.passes.begin(), spec.passes.end(), p) == spec.passes.end())
+              spec.passes.push_back(p);
       } else if (key == "repeats") {
         spec.repeats = v.as<int>();
         if (spec.repeats < 1) bad(path, v, key, "expected >= 1");

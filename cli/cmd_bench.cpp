@@ -149,8 +149,8 @@ void run_row(Row& row, const Config& base, const Overrides& threads, int repeats
   } else {
     const Tensor sdout = random_tensor(row.dtype, sr.attention_outputs.shape(), 12);
     const AttentionGradients sg = attn.backward(small.q, small.k, small.v, sr, sdout, opts);
-    row.max_err = max_gradient_error_vs_oracle(small.q, small.k, small.v, sr.attention_outputs, *sr.lse, sdout, opts,
-                                               metadata_that_ran(attn, sg.decision), sg);
+    row.max_err = max_gradient_error_vs_oracle(small.q, small.k, small.v, sr.attention_outputs, *sr.lse,
+                                               sdout, opts, metadata_that_ran(attn, sg.decision), sg);
   }
 }
 
@@ -165,14 +165,15 @@ void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmRes
   out << "# " << kFlopsNote << "\n";
   char line[512];
   std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-22s %-5s %-6s %-4s %10s %9s %8s %9s  %s\n",
-                "operator", "asked", "ran", "backend", "shape", "dtype", "causal", "pass", "median_ms", "GFLOP/s",
-                "vs_sgemm", "max_err", "reasons");
+                "operator", "asked", "ran", "backend", "shape", "dtype", "causal", "pass", "median_ms",
+                "GFLOP/s", "vs_sgemm", "max_err", "reasons");
   out << line;
   if (sgemm.n > 0) {
     const std::string shape = std::to_string(sgemm.n) + "^3";
-    std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-22s %-5s %-6s %-4s %10.3f %9.1f %8.2f %9s  %s\n",
-                  "eigen_sgemm", "-", "sgemm", "cpu", shape.c_str(), "f32", "-", "-", sgemm.median_ms,
-                  sgemm.gflops, 1.0, "-", "");
+    std::snprintf(line, sizeof line,
+                  "%-12s %-7s %-12s %-7s %-22s %-5s %-6s %-4s %10.3f %9.1f %8.2f %9s  %s\n", "eigen_sgemm",
+                  "-", "sgemm", "cpu", shape.c_str(), "f32", "-", "-", sgemm.median_ms, sgemm.gflops, 1.0,
+                  "-", "");
     out << line;
   }
   for (const Row& r : rows) {
@@ -180,9 +181,9 @@ void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmRes
                   r.op.c_str(), r.backend_requested.c_str(), r.ran.empty() ? "-" : r.ran.c_str(),
                   r.backend.empty() ? "-" : r.backend.c_str(), r.shape.label().c_str(),
                   std::string(dtype_name(r.dtype)).c_str(), r.causal ? "yes" : "no",
-                  r.pass == Pass::backward ? "bwd" : "fwd",
-                  fmt("%.3f", r.median_ms).c_str(), fmt("%.1f", r.gflops).c_str(),
-                  fmt("%.3f", r.vs_sgemm).c_str(), fmt("%.2e", r.max_err).c_str(),
+                  r.pass == Pass::backward ? "bwd" : "fwd", fmt("%.3f", r.median_ms).c_str(),
+                  fmt("%.1f", r.gflops).c_str(), fmt("%.3f", r.vs_sgemm).c_str(),
+                  fmt("%.2e", r.max_err).c_str(),
                   r.error.empty() ? r.reasons.c_str() : ("error: " + r.error).c_str());
     out << line;
   }
@@ -211,9 +212,8 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Sgem
     f << r.op << "," << r.backend_requested << "," << r.ran << "," << r.backend << "," << r.shape.B << ","
       << r.shape.Hq << "," << r.shape.Hkv << "," << r.shape.Tq << "," << r.shape.Tk << "," << r.shape.D << ","
       << dtype_name(r.dtype) << "," << (r.causal ? "true" : "false") << "," << pass_name(r.pass) << ","
-      << num(r.median_ms) << ","
-      << num(r.gflops) << "," << num(r.vs_sgemm) << "," << num(r.max_err) << "," << csv_quote(r.reasons)
-      << "," << csv_quote(r.error) << "\n";
+      << num(r.median_ms) << "," << num(r.gflops) << "," << num(r.vs_sgemm) << "," << num(r.max_err) << ","
+      << csv_quote(r.reasons) << "," << csv_quote(r.error) << "\n";
   if (!f) throw Error(ErrorCode::io_error, "--csv " + path + ": write failed");
 }
 
@@ -333,15 +333,15 @@ int bench(const BenchArgs& a) {
         for (DType dtype : spec.dtypes)
           for (bool causal : spec.causal)
             for (Pass pass : spec.passes) {
-            Row r;
-            r.op = op;
-            r.backend_requested = backend;
-            r.shape = shape;
-            r.dtype = dtype;
-            r.causal = causal;
-            r.pass = pass;
-            rows.push_back(std::move(r));
-          }
+              Row r;
+              r.op = op;
+              r.backend_requested = backend;
+              r.shape = shape;
+              r.dtype = dtype;
+              r.causal = causal;
+              r.pass = pass;
+              rows.push_back(std::move(r));
+            }
 
   const bool show = a.no_progress ? false : (a.progress || ProgressBar::stderr_is_tty());
   ProgressBar bar(rows.size() + (spec.sgemm > 0 ? 1 : 0), show);
