@@ -33,10 +33,8 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
@@ -45,6 +43,7 @@
 
 #include "attnops/error.h"
 #include "backends/common/block_map_impl.h"
+#include "backends/cpu/micro16.h"
 #include "backends/cpu/simd16.h"
 
 namespace attnops::cpu {
@@ -54,75 +53,14 @@ using simd::Mask16;
 using simd::V16;
 using i64 = std::int64_t;
 
-constexpr int kMaxR = 6;   // broadcast rows per micro-tile
-constexpr int kMaxNC = 4;  // 16-lane vectors per micro-tile
+using micro::acc_panel;
+using micro::kDot;
+using micro::kMaxNC;
+using micro::kMaxR;
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
 i64 round_up(i64 x, i64 m) {
   return (x + m - 1) / m * m;
-}
-
-// ---- micro-kernels (R x NC accumulators in registers) ----------------------------------------
-
-// c[r][l] = sum_{k < n} a[r * lda + k] * bt[k * ldb + l]   for r < R, l < 16 * NC (overwrites c).
-template <int R, int NC>
-void dot_micro(const float* bt, i64 ldb, const float* a, i64 lda, i64 n, float* c, i64 ldc) {
-  V16 acc[R][NC];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NC; ++v) acc[r][v] = simd::zero();
-  for (i64 k = 0; k < n; ++k) {
-    V16 b[NC];
-    for (int v = 0; v < NC; ++v) b[v] = simd::load(bt + k * ldb + 16 * v);
-    for (int r = 0; r < R; ++r) {
-      const V16 x = simd::set1(a[r * lda + k]);
-      for (int v = 0; v < NC; ++v) acc[r][v] = simd::fma(x, b[v], acc[r][v]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NC; ++v) simd::store(c + r * ldc + 16 * v, acc[r][v]);
-}
-
-// c[e][l] += sum_{k < n} a[k * lda + e] * bt[k * ldb + l]   for e < R, l < 16 * NC.
-template <int R, int NC>
-void acc_micro(const float* bt, i64 ldb, const float* a, i64 lda, i64 n, float* c, i64 ldc) {
-  V16 acc[R][NC];
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NC; ++v) acc[r][v] = simd::load(c + r * ldc + 16 * v);
-  for (i64 k = 0; k < n; ++k) {
-    V16 b[NC];
-    for (int v = 0; v < NC; ++v) b[v] = simd::load(bt + k * ldb + 16 * v);
-    const float* ak = a + k * lda;
-    for (int r = 0; r < R; ++r) {
-      const V16 x = simd::set1(ak[r]);
-      for (int v = 0; v < NC; ++v) acc[r][v] = simd::fma(x, b[v], acc[r][v]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int v = 0; v < NC; ++v) simd::store(c + r * ldc + 16 * v, acc[r][v]);
-}
-
-using MicroFn = void (*)(const float*, i64, const float*, i64, i64, float*, i64);
-template <int R>
-constexpr std::array<MicroFn, kMaxNC> dot_row() {
-  return {dot_micro<R, 1>, dot_micro<R, 2>, dot_micro<R, 3>, dot_micro<R, 4>};
-}
-template <int R>
-constexpr std::array<MicroFn, kMaxNC> acc_row() {
-  return {acc_micro<R, 1>, acc_micro<R, 2>, acc_micro<R, 3>, acc_micro<R, 4>};
-}
-// Indexed [R - 1][NC - 1]; edges use the smaller shapes.
-constexpr std::array<std::array<MicroFn, kMaxNC>, kMaxR> kDot = {dot_row<1>(), dot_row<2>(), dot_row<3>(),
-                                                                 dot_row<4>(), dot_row<5>(), dot_row<6>()};
-constexpr std::array<std::array<MicroFn, kMaxNC>, kMaxR> kAcc = {acc_row<1>(), acc_row<2>(), acc_row<3>(),
-                                                                 acc_row<4>(), acc_row<5>(), acc_row<6>()};
-
-// c[e][16 * NC lanes] += a-broadcast x bt over k < n, for every e < rows (in micro-tiles of R).
-void acc_panel(const float* bt, i64 ldb, const float* a, i64 lda, i64 n, float* c, i64 ldc, i64 rows,
-               int NC) {
-  for (i64 e0 = 0; e0 < rows; e0 += kMaxR) {
-    const int R = static_cast<int>(std::min<i64>(kMaxR, rows - e0));
-    kAcc[R - 1][NC - 1](bt, ldb, a + e0, lda, n, c + e0 * ldc, ldc);
-  }
 }
 
 // ---- scratch and small helpers ---------------------------------------------------------------
