@@ -183,6 +183,19 @@ TEST(CliBackward, HelpListsTheFlags) {
     EXPECT_THAT(r.out, HasSubstr(f));
 }
 
+// `attnops info` says which backends have a backward: native and cpu, not (yet) gpu, never tpu.
+TEST(CliInfoBackward, ImplementsBackwardPerBackend) {
+  const CliResult r = run_cli({"info", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(r.out);
+  ASSERT_FALSE(doc["operators"].empty());
+  for (const auto& row : doc["operators"]) {
+    const std::string b = row["backend"];
+    EXPECT_EQ(row["implements_backward"].get<bool>(), b == "cpu" || b == "native") << row.dump();
+  }
+  EXPECT_THAT(run_cli({"info"}).out, HasSubstr("backward"));
+}
+
 // `attnops bench --passes`: backward rows next to forward rows, 2.5x the FLOP count, gradient
 // errors against the fp64 backward oracle, the backward's own decision.
 TEST(CliBenchBackward, PassesBothGivesBackwardRows) {
