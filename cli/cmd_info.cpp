@@ -143,8 +143,8 @@ int info(const InfoArgs& a) {
   }
   std::cout << "\nOperators x backends (order = place in the list the dispatcher tries):\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%-12s %-7s %-5s %-10s %-8s %-9s %-5s %s\n", "operator", "backend", "order",
-                "implements", "backward", "available", "tried", "why not / detail");
+  std::snprintf(line, sizeof line, "%-12s %-7s %-5s %-10s %-8s %-9s %-5s %s\n", "operator", "backend",
+                "order", "implements", "backward", "available", "tried", "why not / detail");
   std::cout << line;
   for (const auto& r : rows) {
     std::snprintf(line, sizeof line, "%-12s %-7s %-5s %-10s %-8s %-9s %-5s ", r.op.c_str(), r.backend.c_str(),
