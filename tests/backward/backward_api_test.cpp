@@ -180,6 +180,32 @@ TEST(BackwardApiErrors, BadResidualsAreTypedErrors) {
   }
 }
 
+// -inf in the bias masks those logits (IEEE): they get P = 0, zero dbias, no NaN anywhere.
+TEST(BackwardApiEdges, MinusInfinityBiasActsAsAMask) {
+  CaseSpec s;
+  s.Tq = s.Tk = 128, s.Hq = 2, s.Hkv = 1, s.D = 32;
+  s.causal = false;
+  Case c = testing::make_case(s, 16);
+  Tensor bias = testing::random_tensor(DType::f32, {1, 2, 128, 128}, 17);
+  for (std::int64_t i = 0; i < bias.numel(); i += 7) bias.set(static_cast<std::size_t>(i), -INFINITY);
+  c.options.bias = bias.view();
+  const Tensor dout = testing::random_tensor(DType::f32, {1, 128, 2, 32}, 18);
+  for (Backend backend : {Backend::cpu, Backend::native}) {
+    const Attention attn = attention_on("flash_attn2", backend);
+    AttentionOptions o = c.options;
+    o.return_lse = true;
+    const AttentionOutput fwd = attn(c.q, c.k, c.v, o);
+    const AttentionGradients g = attn.backward(c.q, c.k, c.v, fwd, dout, o);
+    for (const Tensor* t : {&g.dq, &g.dk, &g.dv, &*g.dbias})
+      for (std::int64_t i = 0; i < t->numel(); ++i)
+        ASSERT_TRUE(std::isfinite(t->at(static_cast<std::size_t>(i)))) << backend_name(backend);
+    for (std::int64_t i = 0; i < bias.numel(); i += 7) EXPECT_EQ(g.dbias->at(static_cast<std::size_t>(i)), 0.f);
+    const BackwardProblem bp = make_backward_problem(c.q, c.k, c.v, fwd.attention_outputs, *fwd.lse, dout, o,
+                                                     attn.op().metadata());
+    EXPECT_TRUE(testing::gradients_match(bp, native::reference_backward_f64(bp), g)) << backend_name(backend);
+  }
+}
+
 // Residuals in other float dtypes and strided views are accepted (converted as q is).
 TEST(BackwardApiInputs, ResidualsOfOtherDtypesAreConverted) {
   CaseSpec s;
