@@ -199,9 +199,10 @@ TEST(BackwardApiEdges, MinusInfinityBiasActsAsAMask) {
     for (const Tensor* t : {&g.dq, &g.dk, &g.dv, &*g.dbias})
       for (std::int64_t i = 0; i < t->numel(); ++i)
         ASSERT_TRUE(std::isfinite(t->at(static_cast<std::size_t>(i)))) << backend_name(backend);
-    for (std::int64_t i = 0; i < bias.numel(); i += 7) EXPECT_EQ(g.dbias->at(static_cast<std::size_t>(i)), 0.f);
-    const BackwardProblem bp = make_backward_problem(c.q, c.k, c.v, fwd.attention_outputs, *fwd.lse, dout, o,
-                                                     attn.op().metadata());
+    for (std::int64_t i = 0; i < bias.numel(); i += 7)
+      EXPECT_EQ(g.dbias->at(static_cast<std::size_t>(i)), 0.f);
+    const BackwardProblem bp =
+        make_backward_problem(c.q, c.k, c.v, fwd.attention_outputs, *fwd.lse, dout, o, attn.op().metadata());
     EXPECT_TRUE(testing::gradients_match(bp, native::reference_backward_f64(bp), g)) << backend_name(backend);
   }
 }
