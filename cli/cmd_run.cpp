@@ -4,9 +4,10 @@
 //     [--backend auto|native|cpu|gpu|tpu] [--causal | --no-causal] [--scale X] [--window L,R]
 //     [--chunk N] [--soft-cap X] [--sinks S.npy] [--bias B.npy]
 //     [--segment-ids-q SQ.npy --segment-ids-kv SKV.npy] [--dtype f32|f16|bf16]
-//     [--lse-out L.npy] [--weights-out W.npy] [--threads N] [--explain]
+//     [--lse-out L.npy] [--weights-out W.npy] [--threads N] [--explain] [--profile]
 //
-// --explain prints the DispatchDecision as one JSON object, the last line on stderr.
+// --explain prints the DispatchDecision as one JSON object, the last line on stderr; --profile
+// (or ATTNOPS_PROFILE=1) adds the timings of the call to it.
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -23,7 +24,7 @@ namespace {
 struct RunArgs {
   std::string op, q, k, v, out, config, backend, window, sinks, bias, seg_q, seg_kv, dtype, lse_out,
       weights_out;
-  bool causal = false, no_causal = false, explain = false;
+  bool causal = false, no_causal = false, explain = false, profile = false;
   double scale = 0, soft_cap = 0;
   long long chunk = 0;
   int threads = 0;
@@ -61,6 +62,7 @@ int run(const RunArgs& a) {
   if (!a.seg_kv.empty()) opts.segment_ids_kv = (seg_kv = read_npy(a.seg_kv))->view();
   opts.return_lse = !a.lse_out.empty();
   opts.return_weights = !a.weights_out.empty();
+  opts.profile = a.profile;
 
   const AttentionOutput r = attn(q, k, v, opts);
 
@@ -113,7 +115,10 @@ Command add_run_command(CLI::App& root) {
   app->add_option("--weights-out", a->weights_out, "Write the attention weights [B, Hq, Tq, Tk] f32 (.npy)");
   a->threads_opt =
       app->add_option("--threads", a->threads, "OpenMP threads (0 = default)")->check(CLI::NonNegativeNumber);
-  app->add_flag("--explain", a->explain, "Print the dispatch decision as JSON, last line on stderr");
+  app->add_flag("--explain", a->explain,
+                "Print the dispatch decision as JSON, last line on stderr (with where the inputs lived, the bytes "
+                "moved and, with --profile or ATTNOPS_PROFILE=1, the GPU timings)");
+  app->add_flag("--profile", a->profile, "Time the call (GPU timestamps around upload, kernels, download)");
   return {app, [a] { return run(*a); }};
 }
 

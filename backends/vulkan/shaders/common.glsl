@@ -6,7 +6,8 @@
 // fp32 whatever the storage dtype.
 //
 // Buffer layouts (all tightly packed, row-major; built by vulkan_backend.cpp):
-//   q     [B, Tq, Hq, D]  k [B, Tk, Hkv, D]  v [B, Tk, Hkv, Dv]   in DTYPE (f32/f16/bf16),
+//   q     [B, Tq, Hq, D]  k [B, Tk, Hkv, D]  v [B, Tk, Hkv, Dv]   in DTYPE (f32/f16/bf16), at
+//         the offsets and batch/token strides of the push constants (packed for host inputs),
 //         read as raw uint words (16-bit values two to a word, element e in the low half when
 //         e is even) so no 16-bit storage feature is needed.
 //   out   [B, Tq, Hq, Dv] f32 (the host rounds to the storage dtype, bit-exact RNE)
@@ -61,6 +62,11 @@ layout(push_constant) uniform PushConstants {
   int map_heads;            // 1 or Hq
   int nq;                   // q blocks
   int words_per_row;        // uint words per bitset row
+  // q / k / v addressing, in elements of their buffers: element (b, t, h, d) of q is at
+  // q_off + b*q_sb + t*q_st + h*D + d (heads packed, d contiguous). Packed uploads have
+  // offset 0 and strides (T*H*D, H*D); device-resident views (a KV cache slice) have their own.
+  uint q_off, k_off, v_off;
+  uint q_sb, q_st, k_sb, k_st, v_sb, v_st;
 }
 pc;
 
@@ -71,7 +77,7 @@ const uint FLAG_BIAS = 8u;
 const uint FLAG_SINKS = 16u;
 const uint FLAG_LSE = 32u;
 const uint FLAG_SOFT_CAP = 64u;
-const uint FLAG_VEC = 128u;  // D and Dv rows are whole 16-byte vectors (D * size % 16 == 0)
+const uint FLAG_VEC = 128u;  // every q/k/v row starts on a 16-byte boundary and is whole vectors
 
 bool has(uint f) { return (pc.flags & f) != 0u; }
 

@@ -11,7 +11,7 @@ void main() {
   if (i >= pc.Tq) return;  // no barriers below, so idle rows may leave early
   const int hk = h / (pc.Hq / pc.Hkv);  // GQA: q head h reads kv head h / group
 
-  const uint qbase = uint(((b * pc.Tq + i) * pc.Hq + h) * pc.D);
+  const uint qbase = pc.q_off + uint(b) * pc.q_sb + uint(i) * pc.q_st + uint(h * pc.D);
   for (int d = 0; d < pc.D; ++d) qv[d] = load_q(qbase + uint(d));
   for (int d = 0; d < pc.Dv; ++d) acc[d] = 0.0;
 
@@ -27,8 +27,8 @@ void main() {
   for (uint e = e0; e < e1; ++e) {
     const int j0 = int(entries[e] >> 1) * BK;
     const int nj = min(BK, pc.Tk - j0);
-    const uint krow0 = uint(((b * pc.Tk + j0) * pc.Hkv + hk) * pc.D);  // k row of key j0
-    const uint kstride = uint(pc.Hkv * pc.D);                           // between keys
+    const uint krow0 = pc.k_off + uint(b) * pc.k_sb + uint(j0) * pc.k_st + uint(hk * pc.D);  // k row of key j0
+    const uint kstride = pc.k_st;  // between keys
     const uint vis = tile_visibility(e, r, j0, nj, lo, hi, b, seg_i);
     if (vis == 0u) continue;
     float bm = NEG_BIG;
@@ -63,8 +63,8 @@ void main() {
     }
     if (alpha != 1.0)
       for (int d = 0; d < pc.Dv; ++d) acc[d] *= alpha;
-    const uint vrow0 = uint(((b * pc.Tk + j0) * pc.Hkv + hk) * pc.Dv);
-    const uint vstride = uint(pc.Hkv * pc.Dv);
+    const uint vrow0 = pc.v_off + uint(b) * pc.v_sb + uint(j0) * pc.v_st + uint(hk * pc.Dv);
+    const uint vstride = pc.v_st;
     if (has(FLAG_VEC)) {
       for (int t0 = 0; t0 < nj; t0 += 4) {
         if (((vis >> uint(t0)) & 15u) == 0u) continue;

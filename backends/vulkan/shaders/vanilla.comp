@@ -12,7 +12,7 @@ void main() {
   if (i >= pc.Tq) return;
   const int hk = h / (pc.Hq / pc.Hkv);
 
-  const uint qbase = uint(((b * pc.Tq + i) * pc.Hq + h) * pc.D);
+  const uint qbase = pc.q_off + uint(b) * pc.q_sb + uint(i) * pc.q_st + uint(h * pc.D);
   for (int d = 0; d < pc.D; ++d) qv[d] = load_q(qbase + uint(d));
 
   int lo = 0, hi = pc.Tk;
@@ -29,7 +29,7 @@ void main() {
     const int j0 = int(entries[e] >> 1) * BK;
     const int nj = min(BK, pc.Tk - j0);
     const uint vis = tile_visibility(e, r, j0, nj, lo, hi, b, seg_i);
-    const uint krow0 = uint(((b * pc.Tk + j0) * pc.Hkv + hk) * pc.D), kstride = uint(pc.Hkv * pc.D);
+    const uint krow0 = pc.k_off + uint(b) * pc.k_sb + uint(j0) * pc.k_st + uint(hk * pc.D), kstride = pc.k_st;
     for (int t = 0; t < nj; ++t)
       if (((vis >> uint(t)) & 1u) == 0u) scratch[srow + uint(j0 + t)] = NEG_BIG;
     if (vis == 0u) continue;
@@ -89,7 +89,7 @@ void main() {
   for (uint e = e0; e < e1; ++e) {
     const int j0 = int(entries[e] >> 1) * BK;
     const int nj = min(BK, pc.Tk - j0);
-    const uint vrow0 = uint(((b * pc.Tk + j0) * pc.Hkv + hk) * pc.Dv), vstride = uint(pc.Hkv * pc.Dv);
+    const uint vrow0 = pc.v_off + uint(b) * pc.v_sb + uint(j0) * pc.v_st + uint(hk * pc.Dv), vstride = pc.v_st;
     for (int t0 = 0; t0 < nj; t0 += 4) {
       vec4 w = vec4(0.0);
       for (int c = 0; c < 4 && t0 + c < nj; ++c) {
