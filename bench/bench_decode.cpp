@@ -29,8 +29,8 @@
 #include <utility>
 #include <vector>
 
-#include "attnops/gpu.h"
 #include "attnops/attnops.h"
+#include "attnops/gpu.h"
 #include "backends/cpu/vanilla_cpu.h"
 
 namespace {

@@ -115,9 +115,10 @@ Command add_run_command(CLI::App& root) {
   app->add_option("--weights-out", a->weights_out, "Write the attention weights [B, Hq, Tq, Tk] f32 (.npy)");
   a->threads_opt =
       app->add_option("--threads", a->threads, "OpenMP threads (0 = default)")->check(CLI::NonNegativeNumber);
-  app->add_flag("--explain", a->explain,
-                "Print the dispatch decision as JSON, last line on stderr (with where the inputs lived, the bytes "
-                "moved and, with --profile or ATTNOPS_PROFILE=1, the GPU timings)");
+  app->add_flag(
+      "--explain", a->explain,
+      "Print the dispatch decision as JSON, last line on stderr (with where the inputs lived, the bytes "
+      "moved and, with --profile or ATTNOPS_PROFILE=1, the GPU timings)");
   app->add_flag("--profile", a->profile, "Time the call (GPU timestamps around upload, kernels, download)");
   return {app, [a] { return run(*a); }};
 }

@@ -18,7 +18,8 @@ CostEstimate estimate_cost(const CostRates& r, double flops, double bytes_up, do
 
 std::string format_rates(const CostRates& r) {
   char buf[256];
-  std::snprintf(buf, sizeof buf, "cpu_gflops=%.6g gpu_gflops=%.6g upload_gbps=%.6g download_gbps=%.6g call_us=%.6g",
+  std::snprintf(buf, sizeof buf,
+                "cpu_gflops=%.6g gpu_gflops=%.6g upload_gbps=%.6g download_gbps=%.6g call_us=%.6g",
                 r.cpu_gflops, r.gpu_gflops, r.upload_gbps, r.download_gbps, r.call_us);
   return buf;
 }
@@ -39,12 +40,18 @@ CostRates parse_rates(const std::string& text) {
     } catch (const std::exception&) {
       return {};
     }
-    if (key == "cpu_gflops") r.cpu_gflops = v;
-    else if (key == "gpu_gflops") r.gpu_gflops = v;
-    else if (key == "upload_gbps") r.upload_gbps = v;
-    else if (key == "download_gbps") r.download_gbps = v;
-    else if (key == "call_us") r.call_us = v;
-    else return {};
+    if (key == "cpu_gflops")
+      r.cpu_gflops = v;
+    else if (key == "gpu_gflops")
+      r.gpu_gflops = v;
+    else if (key == "upload_gbps")
+      r.upload_gbps = v;
+    else if (key == "download_gbps")
+      r.download_gbps = v;
+    else if (key == "call_us")
+      r.call_us = v;
+    else
+      return {};
   }
   return r;
 }

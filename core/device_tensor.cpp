@@ -40,7 +40,8 @@ void for_each_run(const TensorView& v, std::int64_t base, Fn&& fn) {
 
 }  // namespace
 
-DeviceTensor::DeviceTensor(std::shared_ptr<DeviceStorage> storage, DType dtype, const std::vector<std::int64_t>& shape)
+DeviceTensor::DeviceTensor(std::shared_ptr<DeviceStorage> storage, DType dtype,
+                           const std::vector<std::int64_t>& shape)
     : storage_(std::move(storage)), dtype_(dtype) {
   const TensorView v(nullptr, dtype, shape);  // validates the rank and computes contiguous strides
   rank_ = v.rank();
@@ -85,12 +86,13 @@ void DeviceTensor::copy_from(const TensorView& src) {
   if (src.on_device())
     throw Error(ErrorCode::invalid_argument, "DeviceTensor::copy_from: the source must be a host tensor");
   if (src.shape() != shape())
-    throw Error(ErrorCode::shape_mismatch, "DeviceTensor::copy_from: source shape " + shape_string(src.shape()) +
+    throw Error(ErrorCode::shape_mismatch, "DeviceTensor::copy_from: source shape " +
+                                               shape_string(src.shape()) +
                                                " differs from the destination's " + shape_string(shape()));
   if (src.dtype() != dtype_)
-    throw Error(ErrorCode::unsupported_dtype, "DeviceTensor::copy_from: source dtype " +
-                                                  std::string(dtype_name(src.dtype())) + " differs from the destination's " +
-                                                  std::string(dtype_name(dtype_)));
+    throw Error(ErrorCode::unsupported_dtype,
+                "DeviceTensor::copy_from: source dtype " + std::string(dtype_name(src.dtype())) +
+                    " differs from the destination's " + std::string(dtype_name(dtype_)));
   // The source is packed in the destination's element order first (any strides allowed).
   const Tensor packed = src.is_contiguous() ? Tensor() : Tensor::copy_of(src);
   const auto* base = static_cast<const std::byte*>(src.is_contiguous() ? src.data() : packed.data());

@@ -27,7 +27,8 @@ double measure_cpu_gflops() {
   const std::int64_t B = 1, T = 256, H = 4, D = 64;
   Tensor q(DType::f32, {B, T, H, D}), k(DType::f32, {B, T, H, D}), v(DType::f32, {B, T, H, D});
   for (Tensor* t : {&q, &k, &v})
-    for (std::int64_t i = 0; i < t->numel(); ++i) t->data_as<float>()[i] = static_cast<float>((i * 37) % 17) / 17.f;
+    for (std::int64_t i = 0; i < t->numel(); ++i)
+      t->data_as<float>()[i] = static_cast<float>((i * 37) % 17) / 17.f;
   AttentionOptions o;
   o.causal = false;
   const AttentionProblem p = make_problem(q, k, v, o, OperationMetadata{});
@@ -37,7 +38,8 @@ double measure_cpu_gflops() {
     AttentionBuffers b = allocate_buffers(p);
     const auto t0 = std::chrono::steady_clock::now();
     cpu::tiled_attention(p, *map, b);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (rep > 0 && (best_ms == 0 || ms < best_ms)) best_ms = ms;
   }
   return attention_flops(p, static_cast<double>(T * T)) / (std::max(best_ms, 1e-6) * 1e6);

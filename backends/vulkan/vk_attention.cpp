@@ -160,7 +160,8 @@ std::int32_t clip32(std::int64_t v, std::int64_t hi) {
 }  // namespace
 
 // Why the device `pd` cannot run `p` with `kernel`, or nullopt. Shared by check_inputs and run.
-std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem& p, const rt::PhysicalDevice& pd) {
+std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem& p,
+                                           const rt::PhysicalDevice& pd) {
   const auto feature = [](std::string detail) { return Reason{ReasonCode::unsupported_feature, detail}; };
   if (!is_float(p.dtype))
     return Reason{ReasonCode::unsupported_dtype,
@@ -188,29 +189,32 @@ std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem
     if (bytes / 2 > static_cast<std::uint64_t>(kIntMax))  // 16-bit element indices must fit in an int
       return feature(std::string(name) + " has more than 2^31 elements");
   }
-  for (const auto& [name, t, heads, dim] : {std::tuple{"q", &p.q, p.Hq, p.D}, std::tuple{"k", &p.k, p.Hkv, p.D},
-                                            std::tuple{"v", &p.v, p.Hkv, p.Dv}}) {
+  for (const auto& [name, t, heads, dim] :
+       {std::tuple{"q", &p.q, p.Hq, p.D}, std::tuple{"k", &p.k, p.Hkv, p.D},
+        std::tuple{"v", &p.v, p.Hkv, p.Dv}}) {
     if (!t->on_device()) continue;
     // Device views are read in place: heads packed, offsets and strides addressable in 32 bits.
     if (t->stride(2) != dim && heads > 1)
-      return feature(std::string(name) + " is a device view with head stride " + std::to_string(t->stride(2)) +
-                     " (the kernels need heads packed: stride " + std::to_string(dim) + ")");
+      return feature(std::string(name) + " is a device view with head stride " +
+                     std::to_string(t->stride(2)) + " (the kernels need heads packed: stride " +
+                     std::to_string(dim) + ")");
     const std::uint64_t bytes = t->device_storage()->nbytes();
     if (bytes > range)
-      return feature(std::string(name) + "'s device storage (" + mib(bytes) + ") exceeds maxStorageBufferRange (" +
-                     mib(range) + ")");
+      return feature(std::string(name) + "'s device storage (" + mib(bytes) +
+                     ") exceeds maxStorageBufferRange (" + mib(range) + ")");
   }
   const std::int64_t nq = ceil_div(p.Tq, kBlockQ);
-  if (nq > pd.caps.max_group_count[0] || p.Hq > pd.caps.max_group_count[1] || p.B > pd.caps.max_group_count[2])
+  if (nq > pd.caps.max_group_count[0] || p.Hq > pd.caps.max_group_count[1] ||
+      p.B > pd.caps.max_group_count[2])
     return feature("dispatch of (" + std::to_string(nq) + ", " + std::to_string(p.Hq) + ", " +
                    std::to_string(p.B) + ") workgroups exceeds maxComputeWorkGroupCount (" +
-                   std::to_string(pd.caps.max_group_count[0]) + ", " + std::to_string(pd.caps.max_group_count[1]) +
-                   ", " + std::to_string(pd.caps.max_group_count[2]) + ")");
+                   std::to_string(pd.caps.max_group_count[0]) + ", " +
+                   std::to_string(pd.caps.max_group_count[1]) + ", " +
+                   std::to_string(pd.caps.max_group_count[2]) + ")");
   if (kBlockQ > pd.caps.max_invocations || kBlockQ > pd.caps.max_group_size[0])
     return feature("workgroups of " + std::to_string(kBlockQ) + " invocations exceed the device's limit");
   return std::nullopt;
 }
-
 
 namespace {
 
@@ -221,7 +225,8 @@ struct Operand {
   bool on_device = false;
 };
 
-Operand operand(rt::Batch& batch, const TensorView& t, std::int64_t heads, std::int64_t dim, const char* name) {
+Operand operand(rt::Batch& batch, const TensorView& t, std::int64_t heads, std::int64_t dim,
+                const char* name) {
   Operand o;
   if (t.on_device()) {
     const rt::VulkanStorage& s = rt::storage_of(t, batch.device(), name);
@@ -268,11 +273,13 @@ void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map
   const std::size_t es = dtype_size(p.dtype);
   const std::size_t n_out = static_cast<std::size_t>(p.B * p.Tq * p.Hq * p.Dv);
   std::lock_guard<std::mutex> lock(dev->mutex());
-  if (out_on_device) buffers.device_out = DeviceTensor(rt::new_storage(dev, n_out * es), p.dtype, {p.B, p.Tq, p.Hq, p.Dv});
+  if (out_on_device)
+    buffers.device_out = DeviceTensor(rt::new_storage(dev, n_out * es), p.dtype, {p.B, p.Tq, p.Hq, p.Dv});
   if (p.B == 0 || p.Tq == 0 || p.Hq == 0 || p.Tk == 0) {
     // Nothing to compute: out stays 0 (device storage is zero-filled below), lse -inf.
     if (buffers.lse)
-      std::fill_n(buffers.lse->data_as<float>(), buffers.lse->numel(), -std::numeric_limits<float>::infinity());
+      std::fill_n(buffers.lse->data_as<float>(), buffers.lse->numel(),
+                  -std::numeric_limits<float>::infinity());
     if (out_on_device && n_out > 0) {
       const auto* s = static_cast<const rt::VulkanStorage*>(buffers.device_out.storage().get());
       rt::Batch batch(*dev, false);
@@ -336,6 +343,8 @@ void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map
   const bool scores = sz.scratch > 0;
   rt::PipelineKey key;
   key.shader = scores ? rt::ShaderId::vanilla : rt::ShaderId::flash;
+  // Specialization constants 4 and 5 (exact head dims: loops of constant length) stay 0: on
+  // lavapipe the fully unrolled variants cost far more to compile than they save.
   key.spec = {static_cast<std::uint32_t>(kBlockQ), dtype_code(p.dtype),
               dmax_need <= 64    ? 64u
               : dmax_need <= 128 ? 128u
@@ -358,7 +367,8 @@ void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map
 
   const rt::Slice bias = upload_array(batch, p.bias, sz.bias);
   const rt::Slice sinks = upload_array(batch, p.sinks, p.sinks ? static_cast<std::uint64_t>(p.Hq) * 4u : 0u);
-  const rt::Slice seg_q = upload_array(batch, p.seg_q, sz.seg_q), seg_kv = upload_array(batch, p.seg_kv, sz.seg_kv);
+  const rt::Slice seg_q = upload_array(batch, p.seg_q, sz.seg_q),
+                  seg_kv = upload_array(batch, p.seg_kv, sz.seg_kv);
   const rt::Slice row_start = upload_array(batch, plan.row_start.data(), plan.row_start.size() * 4u);
   const rt::Slice entries = upload_array(batch, plan.entries.data(), plan.entries.size() * 4u);
   const rt::Slice part_index = upload_array(batch, plan.part_index.data(), plan.part_index.size() * 4u);
@@ -378,8 +388,8 @@ void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map
   const std::uint32_t groups[3] = {static_cast<std::uint32_t>(bm.nq), static_cast<std::uint32_t>(p.Hq),
                                    static_cast<std::uint32_t>(p.B)};
   batch.dispatch(key,
-                 {q.slice, k.slice, v.slice, out, lse, bias, sinks, seg_q, seg_kv, row_start, entries, part_index,
-                  bits, scratch},
+                 {q.slice, k.slice, v.slice, out, lse, bias, sinks, seg_q, seg_kv, row_start, entries,
+                  part_index, bits, scratch},
                  &pc, sizeof pc, groups, scores ? "vanilla" : "flash");
   if (convert) {
     rt::PipelineKey ck;
@@ -413,7 +423,8 @@ void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map
       }
     });
   if (buffers.lse && p.want_lse)
-    batch.download(lse, 0, sz.lse, [&](const std::byte* src) { std::memcpy(buffers.lse->data(), src, sz.lse); });
+    batch.download(lse, 0, sz.lse,
+                   [&](const std::byte* src) { std::memcpy(buffers.lse->data(), src, sz.lse); });
   if (buffers.weights && scores)
     batch.download(scratch, 0, sz.scratch,
                    [&](const std::byte* src) { std::memcpy(buffers.weights->data(), src, sz.scratch); });
@@ -424,9 +435,10 @@ void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map
   run.kernel = scores ? "vanilla" : "flash";
   run.kernel_detail = std::string(scores ? "scores materialised" : "online softmax") + ", " +
                       std::to_string(kBlockQ) + "x" + std::to_string(kBlockK) + " tiles, DMAX " +
-                      std::to_string(key.spec[2]) + (convert ? ", convert pass to " + std::string(dtype_name(p.dtype)) : "") +
-                      (dev->direct_access() ? ", device memory mapped (no copies)" : ", staged copies") + " on " +
-                      pd.info.name;
+                      std::to_string(key.spec[2]) +
+                      (convert ? ", convert pass to " + std::string(dtype_name(p.dtype)) : "") +
+                      (dev->direct_access() ? ", device memory mapped (no copies)" : ", staged copies") +
+                      " on " + pd.info.name;
   const int on_dev = int(q.on_device) + int(k.on_device) + int(v.on_device);
   run.inputs = on_dev == 0 ? "host" : on_dev == 3 ? "device" : "mixed";
   run.output = out_on_device ? "device" : "host";

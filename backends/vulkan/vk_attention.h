@@ -14,7 +14,8 @@ namespace attnops::vulkan {
 
 // Why the device `pd` cannot run `p` with `kernel` (size limits, head_dim, dtype, device views
 // it cannot address), or nullopt.
-std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem& p, const rt::PhysicalDevice& pd);
+std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem& p,
+                                           const rt::PhysicalDevice& pd);
 
 // One call: uploads the host inputs (device-resident ones are bound where they are), one
 // submission with the attention pass (and the convert pass for a 16-bit device output), reads

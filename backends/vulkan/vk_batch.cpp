@@ -23,16 +23,18 @@ void full_barrier(VkCommandBuffer cmd, VkPipelineStageFlags src_stage, VkAccessF
   b.srcAccessMask = src_access;
   b.dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_READ_BIT |
                     VK_ACCESS_SHADER_WRITE_BIT;
-  vkCmdPipelineBarrier(cmd, src_stage, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
-                       &b, 0, nullptr, 0, nullptr);
+  vkCmdPipelineBarrier(cmd, src_stage, VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                       0, 1, &b, 0, nullptr, 0, nullptr);
 }
 
-constexpr VkPipelineStageFlags kWorkStages = VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
+constexpr VkPipelineStageFlags kWorkStages =
+    VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT;
 constexpr VkAccessFlags kWrites = VK_ACCESS_TRANSFER_WRITE_BIT | VK_ACCESS_SHADER_WRITE_BIT;
 
 }  // namespace
 
-Batch::Batch(Device& dev, bool profile) : dev_(dev), cmd_(dev.command_buffer()), profile_(profile), t0_(Clock::now()) {
+Batch::Batch(Device& dev, bool profile)
+    : dev_(dev), cmd_(dev.command_buffer()), profile_(profile), t0_(Clock::now()) {
   dev_.check_usable();
   check(vkResetCommandBuffer(cmd_, 0), "vkResetCommandBuffer");
   auto bi = make<VkCommandBufferBeginInfo>(VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO);
@@ -43,8 +45,8 @@ Batch::Batch(Device& dev, bool profile) : dev_(dev), cmd_(dev.command_buffer()),
   auto b = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
   b.srcAccessMask = VK_ACCESS_MEMORY_WRITE_BIT;
   b.dstAccessMask = VK_ACCESS_MEMORY_READ_BIT | VK_ACCESS_MEMORY_WRITE_BIT;
-  vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1, &b, 0,
-                       nullptr, 0, nullptr);
+  vkCmdPipelineBarrier(cmd_, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, VK_PIPELINE_STAGE_ALL_COMMANDS_BIT, 0, 1, &b,
+                       0, nullptr, 0, nullptr);
   if (profile_) {
     queries_ = dev_.query_pool(kMaxStamps);
     if (queries_ != VK_NULL_HANDLE) {
@@ -63,7 +65,8 @@ Batch::~Batch() {
 
 void Batch::stamp() {
   if (queries_ == VK_NULL_HANDLE || stamps_ >= kMaxStamps) return;
-  vkCmdWriteTimestamp(cmd_, stamps_ == 0 ? VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT : VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
+  vkCmdWriteTimestamp(cmd_,
+                      stamps_ == 0 ? VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT : VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT,
                       queries_, stamps_);
   ++stamps_;
 }
@@ -142,7 +145,8 @@ void Batch::dispatch(const PipelineKey& key, const std::vector<Binding>& binding
   vkUpdateDescriptorSets(dev_.handle(), Device::kBindings, writes, 0, nullptr);
   to_phase(Phase::compute);
   vkCmdBindPipeline(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
-  vkCmdBindDescriptorSets(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, dev_.pipeline_layout(), 0, 1, &set, 0, nullptr);
+  vkCmdBindDescriptorSets(cmd_, VK_PIPELINE_BIND_POINT_COMPUTE, dev_.pipeline_layout(), 0, 1, &set, 0,
+                          nullptr);
   if (push_bytes > 0)
     vkCmdPushConstants(cmd_, dev_.pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
   vkCmdDispatch(cmd_, groups[0], groups[1], groups[2]);
@@ -204,7 +208,8 @@ void Batch::submit() {
     // comes back idle stays usable; only the late call fails.
     if (VkResult idle = vkDeviceWaitIdle(dev_.handle()); idle != VK_SUCCESS)
       dev_.mark_lost("fence wait timed out, then vkDeviceWaitIdle: " + result_name(idle));
-    throw Error(ErrorCode::gpu_error, "Vulkan: fence wait timed out after " + std::to_string(timeout / 1000000) +
+    throw Error(ErrorCode::gpu_error, "Vulkan: fence wait timed out after " +
+                                          std::to_string(timeout / 1000000) +
                                           " ms (VK_TIMEOUT); set ATTNOPS_VK_TIMEOUT_MS to allow longer");
   }
   if (r == VK_ERROR_DEVICE_LOST) dev_.mark_lost("vkWaitForFences: VK_ERROR_DEVICE_LOST");

@@ -48,7 +48,8 @@ class Batch {
   // Device memory for this submission only (pooled; nothing is created in steady state).
   Slice scratch(VkDeviceSize bytes);
   // Host -> device: `fill` writes `bytes` bytes, which land at dst + offset.
-  void upload(const Slice& dst, VkDeviceSize offset, VkDeviceSize bytes, const std::function<void(std::byte*)>& fill);
+  void upload(const Slice& dst, VkDeviceSize offset, VkDeviceSize bytes,
+              const std::function<void(std::byte*)>& fill);
   // Sets `bytes` bytes at dst + offset to zero on the device (vkCmdFillBuffer).
   void zero(const Slice& dst, VkDeviceSize offset, VkDeviceSize bytes);
   // One dispatch of `key` with bindings 0.. (the rest bound to a dummy) and push constants.

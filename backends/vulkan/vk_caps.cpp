@@ -2,10 +2,11 @@
 // cooperative matrices, timestamps, memory heaps, budget and host-pointer import). Queried,
 // never assumed: a structure is chained only when the device's version or extension list says
 // the driver knows it.
+#include "backends/vulkan/vk_caps.h"
+
 #include <algorithm>
 #include <cstring>
 
-#include "backends/vulkan/vk_caps.h"
 #include "backends/vulkan/vk_instance.h"
 
 namespace attnops::vulkan::rt {
@@ -57,10 +58,11 @@ void query_coopmat(VkInstance inst, PhysicalDevice& pd) {
       if (fn(pd.handle, &n, props.data()) == VK_SUCCESS) {
         for (std::uint32_t i = 0; i < n; ++i) {
           const auto& p = props[i];
-          c.coopmat_khr_shapes.push_back({p.MSize, p.NSize, p.KSize, static_cast<std::uint32_t>(p.AType),
-                                          static_cast<std::uint32_t>(p.BType), static_cast<std::uint32_t>(p.CType),
-                                          static_cast<std::uint32_t>(p.ResultType), p.saturatingAccumulation == VK_TRUE,
-                                          static_cast<std::uint32_t>(p.scope)});
+          c.coopmat_khr_shapes.push_back(
+              {p.MSize, p.NSize, p.KSize, static_cast<std::uint32_t>(p.AType),
+               static_cast<std::uint32_t>(p.BType), static_cast<std::uint32_t>(p.CType),
+               static_cast<std::uint32_t>(p.ResultType), p.saturatingAccumulation == VK_TRUE,
+               static_cast<std::uint32_t>(p.scope)});
         }
         c.coopmat_khr = true;
       }
@@ -76,10 +78,10 @@ void query_coopmat(VkInstance inst, PhysicalDevice& pd) {
       if (fn(pd.handle, &n, props.data()) == VK_SUCCESS) {
         for (std::uint32_t i = 0; i < n; ++i) {
           const auto& p = props[i];
-          c.coopmat_nv_shapes.push_back({p.MSize, p.NSize, p.KSize, static_cast<std::uint32_t>(p.AType),
-                                         static_cast<std::uint32_t>(p.BType), static_cast<std::uint32_t>(p.CType),
-                                         static_cast<std::uint32_t>(p.DType), false,
-                                         static_cast<std::uint32_t>(p.scope)});
+          c.coopmat_nv_shapes.push_back(
+              {p.MSize, p.NSize, p.KSize, static_cast<std::uint32_t>(p.AType),
+               static_cast<std::uint32_t>(p.BType), static_cast<std::uint32_t>(p.CType),
+               static_cast<std::uint32_t>(p.DType), false, static_cast<std::uint32_t>(p.scope)});
         }
         c.coopmat_nv = true;
       }
@@ -126,8 +128,10 @@ PhysicalDevice describe_device(VkInstance inst, VkPhysicalDevice h, int index) {
   const bool size_control = v13 || pd.has_extension(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
   if (props.apiVersion >= VK_API_VERSION_1_2) {
     // Structures of Vulkan 1.1/1.2 may only be chained for devices that report those versions.
-    auto subgroup = make<VkPhysicalDeviceSubgroupProperties>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES);
-    auto m3 = make<VkPhysicalDeviceMaintenance3Properties>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES);
+    auto subgroup =
+        make<VkPhysicalDeviceSubgroupProperties>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES);
+    auto m3 = make<VkPhysicalDeviceMaintenance3Properties>(
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES);
     auto sizes = make<VkPhysicalDeviceSubgroupSizeControlProperties>(
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES);
     auto host = make<VkPhysicalDeviceExternalMemoryHostPropertiesEXT>(
@@ -149,7 +153,8 @@ PhysicalDevice describe_device(VkInstance inst, VkPhysicalDevice h, int index) {
     if (size_control) {
       c.min_subgroup_size = sizes.minSubgroupSize;
       c.max_subgroup_size = sizes.maxSubgroupSize;
-      c.required_subgroup_size_compute = (sizes.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
+      c.required_subgroup_size_compute =
+          (sizes.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
     }
     if (c.external_memory_host) c.host_pointer_alignment = host.minImportedHostPointerAlignment;
 
@@ -178,7 +183,8 @@ PhysicalDevice describe_device(VkInstance inst, VkPhysicalDevice h, int index) {
   VkPhysicalDeviceMemoryProperties mp{};
   vkGetPhysicalDeviceMemoryProperties(h, &mp);
   for (std::uint32_t i = 0; i < mp.memoryHeapCount; ++i)
-    c.heaps.push_back({mp.memoryHeaps[i].size, (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
+    c.heaps.push_back(
+        {mp.memoryHeaps[i].size, (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
   for (std::uint32_t t = 0; t < mp.memoryTypeCount; ++t) {
     const VkMemoryPropertyFlags f = mp.memoryTypes[t].propertyFlags;
     if ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT))

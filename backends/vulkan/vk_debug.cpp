@@ -92,16 +92,17 @@ MemoryUse memory_use(const GpuSettings& settings) {
 std::string device_summary(const GpuSettings& settings) {
   const auto dev = rt::device(settings);
   const rt::DeviceCaps& c = dev->caps();
-  std::string s = dev->physical().info.name + ": subgroup " + std::to_string(c.subgroup_size) + " (" +
-                  std::to_string(c.min_subgroup_size) + ".." + std::to_string(c.max_subgroup_size) +
-                  (c.required_subgroup_size_compute ? ", requirable" : "") + "), shared " +
-                  std::to_string(c.max_shared_memory) + " B, invocations " + std::to_string(c.max_invocations) +
-                  ", f16 " + (c.shader_float16 ? "yes" : "no") + ", int8 " + (c.shader_int8 ? "yes" : "no") +
-                  ", coopmat khr " + std::to_string(c.coopmat_khr_shapes.size()) + " nv " +
-                  std::to_string(c.coopmat_nv_shapes.size()) + ", timestamps " +
-                  (c.timestamps ? std::to_string(c.timestamp_period_ns) + " ns" : std::string("no")) +
-                  ", device-local host-visible " + (c.device_local_host_visible ? "yes" : "no") + ", budget " +
-                  (c.memory_budget ? "yes" : "no") + ", external host memory " + (c.external_memory_host ? "yes" : "no");
+  std::string s =
+      dev->physical().info.name + ": subgroup " + std::to_string(c.subgroup_size) + " (" +
+      std::to_string(c.min_subgroup_size) + ".." + std::to_string(c.max_subgroup_size) +
+      (c.required_subgroup_size_compute ? ", requirable" : "") + "), shared " +
+      std::to_string(c.max_shared_memory) + " B, invocations " + std::to_string(c.max_invocations) +
+      ", f16 " + (c.shader_float16 ? "yes" : "no") + ", int8 " + (c.shader_int8 ? "yes" : "no") +
+      ", coopmat khr " + std::to_string(c.coopmat_khr_shapes.size()) + " nv " +
+      std::to_string(c.coopmat_nv_shapes.size()) + ", timestamps " +
+      (c.timestamps ? std::to_string(c.timestamp_period_ns) + " ns" : std::string("no")) +
+      ", device-local host-visible " + (c.device_local_host_visible ? "yes" : "no") + ", budget " +
+      (c.memory_budget ? "yes" : "no") + ", external host memory " + (c.external_memory_host ? "yes" : "no");
   return s;
 }
 
@@ -116,7 +117,8 @@ void plant_mistake(Mistake m, const GpuSettings& settings) {
     bci.size = 0;
     bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT;
     VkBuffer buf = VK_NULL_HANDLE;
-    if (vkCreateBuffer(vk, &bci, nullptr, &buf) == VK_SUCCESS && buf != VK_NULL_HANDLE) vkDestroyBuffer(vk, buf, nullptr);
+    if (vkCreateBuffer(vk, &bci, nullptr, &buf) == VK_SUCCESS && buf != VK_NULL_HANDLE)
+      vkDestroyBuffer(vk, buf, nullptr);
     return;
   }
   // A transfer write followed by a transfer read of the same bytes with no barrier between

@@ -52,7 +52,8 @@ void Device::create(const GpuSettings& settings) {
   if (c.subgroup_size_control || c.compute_full_subgroups) {
     fsize.subgroupSizeControl = c.subgroup_size_control ? VK_TRUE : VK_FALSE;
     fsize.computeFullSubgroups = c.compute_full_subgroups ? VK_TRUE : VK_FALSE;
-    if (pd_.api_version < VK_API_VERSION_1_3) extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+    if (pd_.api_version < VK_API_VERSION_1_3)
+      extensions.push_back(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
     *tail = &fsize;
     tail = &fsize.pNext;
   }
@@ -135,9 +136,11 @@ void Device::shutdown() {
 
 void Device::check_usable() const {
   if (device_ == VK_NULL_HANDLE)
-    throw Error(ErrorCode::gpu_error, "Vulkan: " + (lost_reason_.empty() ? std::string("no device") : lost_reason_));
+    throw Error(ErrorCode::gpu_error,
+                "Vulkan: " + (lost_reason_.empty() ? std::string("no device") : lost_reason_));
   if (lost())
-    throw Error(ErrorCode::gpu_error, "Vulkan: the device is unusable since an earlier failure (" + lost_reason_ + ")");
+    throw Error(ErrorCode::gpu_error,
+                "Vulkan: the device is unusable since an earlier failure (" + lost_reason_ + ")");
 }
 
 VkDescriptorSet Device::descriptor_set(std::uint32_t i) {

@@ -1,5 +1,7 @@
 // The instance (with the validation layer and a counting messenger when asked for), the
 // messenger's counters, and device listing / selection.
+#include "backends/vulkan/vk_instance.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cctype>
@@ -7,8 +9,6 @@
 #include <cstring>
 #include <deque>
 #include <mutex>
-
-#include "backends/vulkan/vk_instance.h"
 
 namespace attnops::vulkan::rt {
 
@@ -186,7 +186,8 @@ Instance::Instance() {
   std::vector<VkPhysicalDevice> handles(n);
   if (r == VK_SUCCESS && n > 0) r = vkEnumeratePhysicalDevices(instance_, &n, handles.data());
   if (r != VK_SUCCESS && r != VK_INCOMPLETE) n = 0;
-  for (std::uint32_t i = 0; i < n; ++i) devices_.push_back(describe_device(instance_, handles[i], static_cast<int>(i)));
+  for (std::uint32_t i = 0; i < n; ++i)
+    devices_.push_back(describe_device(instance_, handles[i], static_cast<int>(i)));
 }
 
 Instance::~Instance() {

@@ -35,9 +35,9 @@ struct DeviceCaps {
   // Subgroups: the default size, the size-control range and whether a compute pipeline may
   // require a size (requiredSubgroupSizeStages has COMPUTE) and full subgroups.
   std::uint32_t subgroup_size = 0, min_subgroup_size = 0, max_subgroup_size = 0;
-  bool subgroup_size_control = false;   // feature subgroupSizeControl (enabled when present)
+  bool subgroup_size_control = false;  // feature subgroupSizeControl (enabled when present)
   bool required_subgroup_size_compute = false;
-  bool compute_full_subgroups = false;  // feature computeFullSubgroups (enabled when present)
+  bool compute_full_subgroups = false;      // feature computeFullSubgroups (enabled when present)
   VkSubgroupFeatureFlags subgroup_ops = 0;  // basic, vote, arithmetic, ballot, shuffle, ...
   // Compute limits.
   std::uint32_t max_shared_memory = 0, max_invocations = 0, max_push_constants = 0;

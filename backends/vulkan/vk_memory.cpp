@@ -48,7 +48,8 @@ MemoryPool::MemoryPool(VkDevice dev, const PhysicalDevice& pd, MemoryKind kind, 
   // The memory types a storage buffer with transfer usage may live in.
   auto bci = make<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
   bci.size = 4096;
-  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+  bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+              VK_BUFFER_USAGE_TRANSFER_DST_BIT;
   VkBuffer probe = VK_NULL_HANDLE;
   check(vkCreateBuffer(dev, &bci, nullptr, &probe), "vkCreateBuffer");
   VkMemoryRequirements req{};
@@ -64,8 +65,10 @@ MemoryPool::MemoryPool(VkDevice dev, const PhysicalDevice& pd, MemoryKind kind, 
   // directly (no copies) on UMA devices, or when its heap is (nearly) all of video memory
   // (resizable BAR); a small BAR window is not worth its budget.
   std::vector<VkMemoryPropertyFlags> wants;
-  const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT, hc = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
-                              dl = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, cached = VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
+  const VkMemoryPropertyFlags hv = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT,
+                              hc = VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
+                              dl = VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT,
+                              cached = VK_MEMORY_PROPERTY_HOST_CACHED_BIT;
   if (kind == MemoryKind::device) {
     wants = {dl | hv | hc, dl};
   } else {
@@ -91,8 +94,8 @@ MemoryPool::MemoryPool(VkDevice dev, const PhysicalDevice& pd, MemoryKind kind, 
   heap_ = mp.memoryTypes[type_].heapIndex;
   host_visible_ = (f & hv) != 0 && (kind == MemoryKind::staging || allow_host_visible);
   coherent_ = (f & hc) != 0;
-  align_ = std::max<VkDeviceSize>({kMinClass, pd.caps.min_storage_offset_alignment, pd.caps.non_coherent_atom_size,
-                                   req.alignment});
+  align_ = std::max<VkDeviceSize>(
+      {kMinClass, pd.caps.min_storage_offset_alignment, pd.caps.non_coherent_atom_size, req.alignment});
   block_size_ = std::min<VkDeviceSize>(kBlockSize, pd.caps.max_allocation);
 }
 
@@ -126,8 +129,8 @@ void MemoryPool::check_budget(VkDeviceSize bytes) const {
     vkGetPhysicalDeviceMemoryProperties2(pd_.handle, &mp2);
     const std::uint64_t usage = budget.heapUsage[heap_], limit = budget.heapBudget[heap_];
     if (limit > 0 && usage + bytes > limit)
-      out_of_memory("a new block of " + mib(bytes) + " would exceed the heap's budget (" + mib(usage) + " of " +
-                    mib(limit) + " used, VK_EXT_memory_budget)");
+      out_of_memory("a new block of " + mib(bytes) + " would exceed the heap's budget (" + mib(usage) +
+                    " of " + mib(limit) + " used, VK_EXT_memory_budget)");
     return;
   }
   // Without the extension: at most 80% of the heap for this device's pools.
@@ -148,8 +151,8 @@ std::uint32_t MemoryPool::new_block(VkDeviceSize bytes) {
       b.size = bytes;
       auto bci = make<VkBufferCreateInfo>(VK_STRUCTURE_TYPE_BUFFER_CREATE_INFO);
       bci.size = bytes;
-      bci.usage =
-          VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT | VK_BUFFER_USAGE_TRANSFER_DST_BIT;
+      bci.usage = VK_BUFFER_USAGE_STORAGE_BUFFER_BIT | VK_BUFFER_USAGE_TRANSFER_SRC_BIT |
+                  VK_BUFFER_USAGE_TRANSFER_DST_BIT;
       bci.sharingMode = VK_SHARING_MODE_EXCLUSIVE;
       VkBuffer buf = VK_NULL_HANDLE;
       check(vkCreateBuffer(dev_, &bci, nullptr, &buf), "vkCreateBuffer");
@@ -176,7 +179,8 @@ std::uint32_t MemoryPool::new_block(VkDeviceSize bytes) {
       return static_cast<std::uint32_t>(blocks_.size() - 1);
     } catch (const Error& e) {
       // Out of memory: give unused blocks back and try once more.
-      if (attempt == 0 && std::string(e.what()).find("out of device memory") != std::string::npos && trim()) continue;
+      if (attempt == 0 && std::string(e.what()).find("out of device memory") != std::string::npos && trim())
+        continue;
       throw;
     }
   }
@@ -188,7 +192,8 @@ bool MemoryPool::trim() {
     Block& b = blocks_[i];
     if (b.dead || b.live > 0) continue;
     for (auto& list : free_)
-      list.erase(std::remove_if(list.begin(), list.end(), [&](const Slice& s) { return s.block == i; }), list.end());
+      list.erase(std::remove_if(list.begin(), list.end(), [&](const Slice& s) { return s.block == i; }),
+                 list.end());
     if (b.mapped != nullptr) vkUnmapMemory(dev_, b.memory.get());
     b.buffer.reset();
     b.memory.reset();
@@ -217,7 +222,8 @@ Slice MemoryPool::allocate(VkDeviceSize bytes) {
       bi = new_block(align_up(size, align_));  // its own block, reused through the free list
     } else {
       for (std::uint32_t i = 0; i < blocks_.size() && bi == UINT32_MAX; ++i)
-        if (!blocks_[i].dead && blocks_[i].size == block_size_ && blocks_[i].used + size <= blocks_[i].size) bi = i;
+        if (!blocks_[i].dead && blocks_[i].size == block_size_ && blocks_[i].used + size <= blocks_[i].size)
+          bi = i;
       if (bi == UINT32_MAX) bi = new_block(block_size_);
     }
     Block& b = blocks_[bi];

@@ -44,9 +44,9 @@ void Device::create_pipeline_objects(const GpuSettings& settings) {
   set_layout_ = Owned<VkDescriptorSetLayout>(device_, set_layout, vkDestroyDescriptorSetLayout);
 
   if (pd_.caps.max_push_constants < kPushConstantBytes)
-    throw Error(ErrorCode::gpu_error, "Vulkan: the device allows " + std::to_string(pd_.caps.max_push_constants) +
-                                          " bytes of push constants, the runtime needs " +
-                                          std::to_string(kPushConstantBytes));
+    throw Error(ErrorCode::gpu_error,
+                "Vulkan: the device allows " + std::to_string(pd_.caps.max_push_constants) +
+                    " bytes of push constants, the runtime needs " + std::to_string(kPushConstantBytes));
   VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes};
   auto plci = make<VkPipelineLayoutCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO);
   plci.setLayoutCount = 1;
@@ -75,9 +75,9 @@ VkPipeline Device::pipeline(const PipelineKey& key) {
     modules_[id] = Owned<VkShaderModule>(device_, mod, vkDestroyShaderModule);
   }
   if (key.subgroup_size != 0 && !pd_.caps.required_subgroup_size_compute)
-    throw Error(ErrorCode::unsupported_feature, std::string("Vulkan: ") + shader_blob(key.shader).name +
-                                                    " asks for subgroup size " + std::to_string(key.subgroup_size) +
-                                                    " and the device cannot require one for compute");
+    throw Error(ErrorCode::unsupported_feature,
+                std::string("Vulkan: ") + shader_blob(key.shader).name + " asks for subgroup size " +
+                    std::to_string(key.subgroup_size) + " and the device cannot require one for compute");
   VkSpecializationMapEntry entries[8];
   for (std::uint32_t c = 0; c < key.spec_count; ++c) entries[c] = {c, c * 4u, 4u};
   VkSpecializationInfo spec{key.spec_count, entries, key.spec_count * 4u, key.spec.data()};

@@ -38,8 +38,7 @@ void VulkanStorage::write(const std::vector<Copy>& copies) {
   }
   Batch batch(*dev_, false);
   for (const Copy& c : copies) {
-    batch.upload(slice_, c.device_offset, c.bytes,
-                 [&](std::byte* dst) { std::memcpy(dst, c.src, c.bytes); });
+    batch.upload(slice_, c.device_offset, c.bytes, [&](std::byte* dst) { std::memcpy(dst, c.src, c.bytes); });
   }
   batch.submit();
 }
@@ -85,11 +84,11 @@ const VulkanStorage& storage_of(const TensorView& t, const Device& dev, const ch
     throw Error(ErrorCode::invalid_argument, std::string(what) + ": a device tensor of another GPU backend");
   if (&s->device() != &dev) {
     if (s->device().shut_down() || s->device().lost())
-      throw Error(ErrorCode::gpu_error, std::string(what) + ": its device is gone (" + s->device().lost_reason() + ")");
-    throw Error(ErrorCode::invalid_argument, std::string(what) + " lives on " + s->describe() +
-                                                 ", the call runs on Vulkan device [" +
-                                                 std::to_string(dev.physical().info.index) + "] " +
-                                                 dev.physical().info.name);
+      throw Error(ErrorCode::gpu_error,
+                  std::string(what) + ": its device is gone (" + s->device().lost_reason() + ")");
+    throw Error(ErrorCode::invalid_argument,
+                std::string(what) + " lives on " + s->describe() + ", the call runs on Vulkan device [" +
+                    std::to_string(dev.physical().info.index) + "] " + dev.physical().info.name);
   }
   return *s;
 }
@@ -120,7 +119,8 @@ DeviceTensor DeviceTensor::zeros(DType dtype, std::vector<std::int64_t> shape, c
 }
 
 DeviceTensor DeviceTensor::from_host(const TensorView& host, const GpuSettings& gpu) {
-  if (host.on_device()) throw Error(ErrorCode::invalid_argument, "DeviceTensor::from_host: the source is on the device");
+  if (host.on_device())
+    throw Error(ErrorCode::invalid_argument, "DeviceTensor::from_host: the source is on the device");
   const auto bytes = static_cast<std::size_t>(host.numel()) * dtype_size(host.dtype());
   const std::shared_ptr<vulkan::rt::Device> dev = vulkan::rt::device(gpu);
   std::shared_ptr<vulkan::rt::VulkanStorage> storage;

@@ -38,8 +38,8 @@ Availability availability(const GpuSettings& settings) {
   std::string why;
   const rt::PhysicalDevice* pd = selected_device(settings, &why);
   if (pd == nullptr) return {false, why};
-  return {true, "Vulkan device [" + std::to_string(pd->info.index) + "] " + pd->info.name + " (" + pd->info.type +
-                    ", Vulkan " + pd->info.api_version + ")"};
+  return {true, "Vulkan device [" + std::to_string(pd->info.index) + "] " + pd->info.name + " (" +
+                    pd->info.type + ", Vulkan " + pd->info.api_version + ")"};
 }
 
 std::optional<Reason> check_inputs(Kernel kernel, const AttentionProblem& p, const GpuSettings& settings) {
@@ -65,7 +65,8 @@ std::optional<GpuRates> measure_rates(const GpuSettings& settings) {
     const std::int64_t B = 1, T = 256, H = 4, D = 64;
     Tensor q(DType::f32, {B, T, H, D}), k(DType::f32, {B, T, H, D}), v(DType::f32, {B, T, H, D});
     for (Tensor* t : {&q, &k, &v})
-      for (std::int64_t i = 0; i < t->numel(); ++i) t->data_as<float>()[i] = static_cast<float>((i * 37) % 17) / 17.f;
+      for (std::int64_t i = 0; i < t->numel(); ++i)
+        t->data_as<float>()[i] = static_cast<float>((i * 37) % 17) / 17.f;
     AttentionOptions o;
     o.causal = false;
     o.profile = true;
@@ -76,7 +77,8 @@ std::optional<GpuRates> measure_rates(const GpuSettings& settings) {
       AttentionBuffers b = allocate_buffers(p);
       const auto t0 = std::chrono::steady_clock::now();
       run(Kernel::flash, p, nullptr, settings, b);
-      const double e2e_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double e2e_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (rep == 0 || !b.run.timings) continue;  // the first call compiles the pipeline
       const RunTimings& t = *b.run.timings;
       const double kernel_ms = t.device_timestamps ? t.kernel_ms : t.wall_ms;

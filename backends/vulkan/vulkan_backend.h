@@ -26,8 +26,8 @@ Availability availability(const GpuSettings& settings);
 std::optional<Reason> check_inputs(Kernel kernel, const AttentionProblem& p, const GpuSettings& settings);
 // Runs one call. Inputs may be host or device views (TensorView::on_device()); when q is on the
 // device the output is left there (buffers.device_out). With p.profile, buffers.run.timings
-// holds the GPU timestamps of the call. `map` is the block map (blocksparse / flash skip empty blocks), may be null for
-// vanilla. Throws Error(gpu_error) on runtime failure (nothing is left half-written in buffers
+// holds the GPU timestamps of the call. `map` is the block map (blocksparse / flash skip empty blocks), may
+// be null for vanilla. Throws Error(gpu_error) on runtime failure (nothing is left half-written in buffers
 // that the caller would use), Error(backend_unavailable) when no device qualifies.
 void run(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const GpuSettings& settings,
          AttentionBuffers& buffers);

@@ -35,7 +35,9 @@ void reset_validation_counts();
 // ATTNOPS_VK_INJECT_FAULT in the environment does the same: 1 or device_lost, oom.
 enum class Fault { none, device_lost, out_of_memory };
 void set_inject_fault(Fault f);
-inline void set_inject_fault(bool on) { set_inject_fault(on ? Fault::device_lost : Fault::none); }
+inline void set_inject_fault(bool on) {
+  set_inject_fault(on ? Fault::device_lost : Fault::none);
+}
 // The fault in force (the setter's, else the environment's).
 Fault injected_fault();
 bool inject_fault_active();  // injected_fault() != Fault::none

@@ -62,8 +62,8 @@ TEST_F(VulkanDataPath, SteadyStateCreatesNoVulkanObjects) {
   after.submissions = before.submissions;
   EXPECT_EQ(after, before) << "buffers " << before.buffers << " -> " << after.buffers << ", memory "
                            << before.memory << " -> " << after.memory << ", pipelines " << before.pipelines
-                           << " -> " << after.pipelines << ", descriptor pools " << before.descriptor_pools << " -> "
-                           << after.descriptor_pools;
+                           << " -> " << after.pipelines << ", descriptor pools " << before.descriptor_pools
+                           << " -> " << after.descriptor_pools;
   // The first round did create what it needed (the counter counts).
   EXPECT_GT(before.pipelines, 0u);
   EXPECT_GT(before.memory, 0u);
@@ -150,7 +150,8 @@ TEST_F(VulkanDataPath, OutOfMemoryIsATypedGpuErrorAndFallsBackToTheCpu) {
   const AttentionOutput out = r.get("flash_attn2", gpu_first())(c.q, c.k, c.v, c.options);
   EXPECT_EQ(out.decision.backend, Backend::cpu) << out.decision.to_log_line();
   EXPECT_TRUE(out.decision.has(ReasonCode::gpu_error));
-  EXPECT_NE(out.decision.to_log_line().find("out of device memory"), std::string::npos) << out.decision.to_log_line();
+  EXPECT_NE(out.decision.to_log_line().find("out of device memory"), std::string::npos)
+      << out.decision.to_log_line();
   debug::set_inject_fault(debug::Fault::none);
   run_checked(Kernel::flash, c);  // and the gpu works again
 }
@@ -161,7 +162,7 @@ TEST_F(VulkanDataPath, MemoryBudgetRefusesWhatDoesNotFit) {
   run_checked(Kernel::flash, small);  // the device and its first block exist
   const std::uint64_t reserved = debug::memory_use(software_ok()).reserved;
   debug::set_memory_limit(reserved + (1u << 20));  // 1 MiB more than held
-  run_checked(Kernel::flash, small);  // fits in the block already held
+  run_checked(Kernel::flash, small);               // fits in the block already held
   // q of 40 MiB needs a block of its own: over the limit, refused before anything runs.
   Tensor q(DType::f32, {1, 10240, 8, 128}), k(DType::f32, {1, 16, 8, 128}), v(DType::f32, {1, 16, 8, 128});
   const AttentionProblem p = make_problem(q, k, v, {}, OperationMetadata{});

@@ -46,8 +46,10 @@ TEST_F(VulkanDeviceTensor, RoundTripsSlicesAndStridedSources) {
   for (std::int64_t b = 0; b < 2; ++b)
     for (std::int64_t t2 = 0; t2 < 9; ++t2)
       for (std::int64_t i = 0; i < 60; ++i) {
-        const float want = t2 == 4 || t2 == 5 ? host.at(static_cast<std::size_t>((b * 9 + (t2 - 4)) * 60 + i)) : 0.f;
-        ASSERT_EQ(back.at(static_cast<std::size_t>((b * 9 + t2) * 60 + i)), want) << b << " " << t2 << " " << i;
+        const float want =
+            t2 == 4 || t2 == 5 ? host.at(static_cast<std::size_t>((b * 9 + (t2 - 4)) * 60 + i)) : 0.f;
+        ASSERT_EQ(back.at(static_cast<std::size_t>((b * 9 + t2) * 60 + i)), want)
+            << b << " " << t2 << " " << i;
       }
   // Shapes and dtypes must match.
   EXPECT_THROW(z.slice(1, 0, 3).copy_from(host.view().slice(1, 0, 2)), Error);
@@ -89,7 +91,8 @@ TEST_F(VulkanDeviceTensor, KvCacheViewsAndAppendsWithoutReupload) {
     // q (and the tile plan) moved; the cache did not.
     EXPECT_LT(out.decision.run.bytes_to_device, kv_bytes / 4) << out.decision.to_json();
     // The same call on host copies of the views, through the oracle.
-    const Tensor kh = Tensor::copy_of(k_all.view().slice(1, 0, T + 1)), vh = Tensor::copy_of(v_all.view().slice(1, 0, T + 1));
+    const Tensor kh = Tensor::copy_of(k_all.view().slice(1, 0, T + 1)),
+                 vh = Tensor::copy_of(v_all.view().slice(1, 0, T + 1));
     const AttentionProblem p = make_problem(q, kh, vh, o, attn.op().metadata());
     AttentionBuffers got{out.attention_outputs, out.lse, std::nullopt, {}, {}};
     EXPECT_TRUE(within_tolerance(p, got)) << "T=" << T;
