@@ -57,9 +57,12 @@ Batch::Batch(Device& dev, bool profile)
 }
 
 Batch::~Batch() {
-  if (!dev_.shut_down()) {
-    for (const Slice& s : scratch_) dev_.memory().free(s);
-    dev_.staging().reset();
+  if (dev_.shut_down()) return;
+  for (const Slice& s : scratch_) dev_.memory().free(s);
+  try {
+    dev_.staging().reset();  // may grow the ring (an allocation): never throw from here
+  } catch (const Error&) {
+    dev_.staging().destroy_chunks();
   }
 }
 

@@ -287,6 +287,12 @@ Slice StagingRing::take(VkDeviceSize bytes) {
   return s;
 }
 
+void StagingRing::destroy_chunks() {
+  for (const Slice& c : chunks_) pool_.free(c);
+  chunks_.clear();
+  used_ = total_ = 0;
+}
+
 void StagingRing::reset() {
   if (chunks_.size() > 1) {
     // Grow: one chunk that holds what this submission needed.
@@ -296,7 +302,8 @@ void StagingRing::reset() {
       pool_.free(c);
     }
     chunks_.clear();
-    chunks_.push_back(pool_.allocate(need));
+    used_ = total_ = 0;
+    chunks_.push_back(pool_.allocate(need));  // may throw: the ring is then empty, not broken
   }
   used_ = total_ = 0;
 }

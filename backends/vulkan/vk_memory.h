@@ -98,6 +98,8 @@ class StagingRing {
   // After the submission's fence: everything taken is free again.
   void reset();
   void destroy() { chunks_.clear(); }
+  // Returns every chunk to the pool (after a failed reset()); the next take() starts afresh.
+  void destroy_chunks();
 
  private:
   MemoryPool& pool_;
