@@ -4,11 +4,12 @@
 //     [--backend auto|native|cpu|gpu|tpu] [--causal | --no-causal] [--scale X] [--window L,R]
 //     [--chunk N] [--soft-cap X] [--sinks S.npy] [--bias B.npy]
 //     [--segment-ids-q SQ.npy --segment-ids-kv SKV.npy] [--dtype f32|f16|bf16]
-//     [--lse-out L.npy] [--weights-out W.npy] [--threads N] [--explain]
+//     [--lse-out L.npy] [--weights-out W.npy] [--threads N] [--explain] [--profile]
 //     [--dout G.npy --dq-out DQ.npy --dk-out DK.npy --dv-out DV.npy [--dsinks-out] [--dbias-out]]
 //
 // --explain prints the DispatchDecision as one JSON object, the last line on stderr; with
 // --dout (the backward, see run_backward.h) the backward's decision follows on its own line.
+// --profile (or ATTNOPS_PROFILE=1) adds the timings of the call to it.
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -26,7 +27,7 @@ namespace {
 struct RunArgs {
   std::string op, q, k, v, out, config, backend, window, sinks, bias, seg_q, seg_kv, dtype, lse_out,
       weights_out;
-  bool causal = false, no_causal = false, explain = false;
+  bool causal = false, no_causal = false, explain = false, profile = false;
   double scale = 0, soft_cap = 0;
   long long chunk = 0;
   int threads = 0;
@@ -66,6 +67,7 @@ int run(const RunArgs& a) {
   if (!a.seg_kv.empty()) opts.segment_ids_kv = (seg_kv = read_npy(a.seg_kv))->view();
   opts.return_lse = !a.lse_out.empty() || a.backward.requested();  // the backward needs the lse
   opts.return_weights = !a.weights_out.empty();
+  opts.profile = a.profile;
 
   const AttentionOutput r = attn(q, k, v, opts);
   std::optional<GradientFiles> grads;  // computed before anything is written
@@ -125,8 +127,10 @@ Command add_run_command(CLI::App& root) {
   a->threads_opt =
       app->add_option("--threads", a->threads, "OpenMP threads (0 = default)")->check(CLI::NonNegativeNumber);
   app->add_flag("--explain", a->explain,
-                "Print the dispatch decision as JSON, last line on stderr (with --dout: the forward's, then "
-                "the backward's)");
+                "Print the dispatch decision as JSON, last line on stderr (with where the inputs lived, the "
+                "bytes moved and, with --profile or ATTNOPS_PROFILE=1, the GPU timings; with --dout: the "
+                "forward's, then the backward's)");
+  app->add_flag("--profile", a->profile, "Time the call (GPU timestamps around upload, kernels, download)");
   add_backward_options(app, a->backward);
   return {app, [a] { return run(*a); }};
 }

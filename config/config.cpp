@@ -42,13 +42,14 @@ using KeyList = std::span<const std::string_view>;
 constexpr std::string_view kTopKeys[] = {
     "attn_mechanism", "backend",     "disabled_backends", "runtime_dtype", "softmax_scale",
     "blocksize_q",    "blocksize_k", "num_threads",       "gpu",           "operators"};
-constexpr std::string_view kGpuKeys[] = {"device", "allow_software", "pipeline_cache"};
+constexpr std::string_view kGpuKeys[] = {"device", "allow_software", "pipeline_cache", "cost_rates"};
+constexpr std::string_view kRateKeys[] = {"cpu_gflops", "gpu_gflops", "upload_gbps", "download_gbps", "call_us"};
 constexpr std::string_view kOperatorKeys[] = {"backend", "disabled_backends", "blocksize_q", "blocksize_k",
                                               "fallbacks"};
 constexpr std::string_view kFallbackKeys[] = {"decode", "non_causal", "seq_multiple"};
 
 // The maps of the schema; each has its own set of known keys.
-enum class Section { top, gpu, operators, op, fallbacks };
+enum class Section { top, gpu, rates, operators, op, fallbacks };
 
 KeyList known_keys(Section s) {
   switch (s) {
@@ -56,6 +57,8 @@ KeyList known_keys(Section s) {
       return kTopKeys;
     case Section::gpu:
       return kGpuKeys;
+    case Section::rates:
+      return kRateKeys;
     case Section::op:
       return kOperatorKeys;
     case Section::fallbacks:
@@ -396,6 +399,18 @@ class Walker {
         c.gpu_allow_software = boolean(e);
       } else if (key == "pipeline_cache") {
         c.gpu_pipeline_cache = string(e, "a file path");
+      } else if (key == "cost_rates") {
+        require_map(e, "a map with keys " + join(kRateKeys));
+        CostRates r;
+        double* fields[] = {&r.cpu_gflops, &r.gpu_gflops, &r.upload_gbps, &r.download_gbps, &r.call_us};
+        for_each(e.value, e.path, Section::rates, [&](std::string_view k, const Entry& x) {
+          for (std::size_t i = 0; i < std::size(kRateKeys); ++i)
+            if (k == kRateKeys[i]) *fields[i] = positive_number(x);
+        });
+        if (!r.valid())
+          fail_at(e.value_mark(), e.path, "expected cpu_gflops, gpu_gflops, upload_gbps and download_gbps (call_us "
+                                          "optional), all > 0");
+        c.gpu_cost_rates = r;
       }
     });
   }
@@ -564,6 +579,7 @@ OperationMetadata Config::metadata_for(const std::string& canonical, const std::
   if (gpu_device) md.gpu.device = *gpu_device;
   if (gpu_allow_software) md.gpu.allow_software = *gpu_allow_software;
   if (gpu_pipeline_cache) md.gpu.pipeline_cache = *gpu_pipeline_cache;
+  if (gpu_cost_rates) md.gpu.cost_rates = *gpu_cost_rates;
 
   // ...then the operator's own section, under its canonical name or one alias (not two: which
   // one should win would be a guess).

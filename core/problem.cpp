@@ -1,6 +1,9 @@
 // make_problem: validation of one call's inputs and their normalisation for the kernels.
 #include "attnops/problem.h"
 
+#include <cstdlib>
+#include <string_view>
+
 #include <cmath>
 #include <limits>
 
@@ -18,7 +21,7 @@ constexpr std::int64_t kMaxExtent = std::int64_t{1} << 40;
 std::string dims_string(const TensorView& t) { return shape_string(t.shape()); }
 
 void require_rank(const TensorView& t, const char* name, int rank, const char* layout) {
-  if (t.data() == nullptr && t.numel() != 0)
+  if (t.data() == nullptr && !t.on_device() && t.numel() != 0)
     fail(ErrorCode::invalid_argument, std::string(name) + ": null data pointer");
   if (t.rank() != rank)
     fail(ErrorCode::shape_mismatch, std::string(name) + ": expected rank " + std::to_string(rank) + " " + layout +
@@ -35,6 +38,11 @@ void require_float(const TensorView& t, const char* name) {
 // to `dtype` when it differs.
 TensorView normalised(AttentionProblem& p, const TensorView& t, DType dtype) {
   if (t.dtype() == dtype && (t.rank() == 0 || t.stride(t.rank() - 1) == 1 || t.dim(t.rank() - 1) <= 1)) return t;
+  if (t.on_device())
+    fail(ErrorCode::unsupported_dtype, "a device tensor " + dims_string(t) + " in " + std::string(dtype_name(t.dtype())) +
+                                           " would need a conversion to " + std::string(dtype_name(dtype)) +
+                                           " or a copy (innermost stride != 1) on the host: make it in the runtime "
+                                           "dtype, contiguous in its last dimension");
   p.owned.push_back(Tensor::copy_of(t, dtype));
   return p.owned.back().view();
 }
@@ -202,6 +210,10 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
 
   p.want_lse = o.return_lse;
   p.want_weights = o.return_weights;
+  if (const char* prof = std::getenv("ATTNOPS_PROFILE"))
+    p.profile = o.profile || (*prof != '\0' && std::string_view(prof) != "0" && std::string_view(prof) != "false");
+  else
+    p.profile = o.profile;
 
   // Block sizes and threads.
   for (auto [bs, name] : {std::pair{md.blocksize_q, "blocksize_q"}, std::pair{md.blocksize_k, "blocksize_k"}})
@@ -218,7 +230,7 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
 
 AttentionBuffers allocate_buffers(const AttentionProblem& p) {
   AttentionBuffers b;
-  b.out = Tensor(p.dtype, {p.B, p.Tq, p.Hq, p.Dv});
+  if (!p.q.on_device()) b.out = Tensor(p.dtype, {p.B, p.Tq, p.Hq, p.Dv});
   if (p.want_lse) b.lse = Tensor(DType::f32, {p.B, p.Hq, p.Tq});
   if (p.want_weights) b.weights = Tensor(DType::f32, {p.B, p.Hq, p.Tq, p.Tk});
   return b;

@@ -62,6 +62,13 @@ TensorView::TensorView(const void* data, DType dtype, const std::vector<std::int
   for (std::size_t i = 0; i < strides.size(); ++i) strides_[i] = strides[i];
 }
 
+TensorView::TensorView(const DeviceStorage* storage, std::int64_t offset, DType dtype,
+                       const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& strides)
+    : TensorView(nullptr, dtype, shape, strides) {
+  device_ = storage;
+  device_offset_ = offset;
+}
+
 TensorView::TensorView(const Tensor& t) : data_(t.data()), dtype_(t.dtype()) {
   set_shape(rank_, shape_, t.shape().data(), t.shape().size());
   contiguous_strides(rank_, shape_, strides_);
@@ -101,6 +108,10 @@ TensorView TensorView::slice(int d, std::int64_t begin, std::int64_t end) const 
                                                  shape_string(shape()));
   TensorView v = *this;
   v.shape_[static_cast<std::size_t>(d)] = end - begin;
+  if (device_ != nullptr) {
+    v.device_offset_ += begin * strides_[static_cast<std::size_t>(d)];
+    return v;
+  }
   v.data_ = static_cast<const std::byte*>(data_) +
             begin * strides_[static_cast<std::size_t>(d)] * static_cast<std::int64_t>(dtype_size(dtype_));
   return v;
@@ -131,6 +142,10 @@ std::int64_t Tensor::numel() const {
 }
 
 Tensor Tensor::copy_of(const TensorView& v, DType to) {
+  if (v.on_device())
+    throw Error(ErrorCode::invalid_argument, "a device-resident tensor " + shape_string(v.shape()) +
+                                                 " cannot be read on the host here: copy it with "
+                                                 "DeviceTensor::to_host() first");
   const bool from_float = is_float(v.dtype()), to_float = is_float(to);
   if (from_float != to_float)
     throw Error(ErrorCode::unsupported_dtype, std::string("cannot convert ") + std::string(dtype_name(v.dtype())) +

@@ -1,6 +1,7 @@
 // Shared glue of the forward_* functions: allocate the outputs, handle empty problems (no
 // queries, or no keys: every row fully masked -> out 0, lse -inf) without calling a kernel,
-// run the kernel, wrap the buffers into an AttentionOutput.
+// run the kernel, wrap the buffers into an AttentionOutput. A problem whose q is on the device
+// always reaches the kernel (the gpu backend makes the device output).
 #pragma once
 
 #include <limits>
@@ -13,7 +14,9 @@ namespace attnops {
 template <class Kernel>
 AttentionOutput run_forward(const AttentionProblem& p, Kernel&& kernel) {
   AttentionBuffers buffers = allocate_buffers(p);
-  if (p.B > 0 && p.Tq > 0 && p.Hq > 0) {
+  if (p.q.on_device()) {
+    kernel(p, buffers);  // the gpu kernel allocates the device output, empty problems included
+  } else if (p.B > 0 && p.Tq > 0 && p.Hq > 0) {
     if (p.Tk > 0) {
       kernel(p, buffers);
     } else if (buffers.lse) {
@@ -25,6 +28,7 @@ AttentionOutput run_forward(const AttentionProblem& p, Kernel&& kernel) {
   out.attention_outputs = std::move(buffers.out);
   out.lse = std::move(buffers.lse);
   out.attention_weights = std::move(buffers.weights);
+  out.device_attention_outputs = std::move(buffers.device_out);
   out.decision.run = std::move(buffers.run);
   return out;
 }

@@ -1,12 +1,15 @@
 #include "registry/dispatcher.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
 
+#include "attnops/cost.h"
 #include "attnops/error.h"
+#include "backends/common/block_map_impl.h"
 #include "operators/gates.h"
 
 namespace attnops {
@@ -87,6 +90,36 @@ void log(const RuntimeFlags& flags, const DispatchDecision& d) {
   if (flags.log_dispatch) std::cerr << d.to_log_line() << std::endl;
 }
 
+std::string us(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.0f us", v);
+  return b;
+}
+
+// Auto's cost rule (attnops/cost.h) for the gpu candidate: the estimate, or nullopt when there
+// are no rates. Bytes: q, k, v (and bias) up, the output (and lse) down.
+std::optional<CostEstimate> gpu_cost(const OperationImpl& op, const AttentionProblem& p, const Host& host) {
+  const GpuSettings& gpu = op.metadata().gpu;
+  std::optional<std::pair<CostRates, std::string>> rates;
+  if (gpu.cost_rates)
+    rates = std::pair{*gpu.cost_rates, std::string("config")};
+  else
+    rates = host.cost_rates(gpu);
+  if (!rates || !rates->first.valid()) return std::nullopt;
+  const double es = static_cast<double>(dtype_size(p.dtype));
+  const double up = es * static_cast<double>(p.B * (p.Tq * p.Hq * p.D + p.Tk * p.Hkv * (p.D + p.Dv))) +
+                    (p.bias ? 4.0 * static_cast<double>(p.Tq * p.Tk) : 0.0);
+  const double down =
+      4.0 * static_cast<double>(p.B * p.Tq * p.Hq * p.Dv) + (p.want_lse ? 4.0 * static_cast<double>(p.B * p.Hq * p.Tq) : 0);
+  const double pairs =
+      p.Tq > 0 && p.Tk > 0
+          ? get_block_map(p.mask, p.Hq, p.Tq, p.Tk, p.blocksize_q, p.blocksize_k)->visible_pairs_per_head()
+          : 0.0;
+  CostEstimate e = estimate_cost(rates->first, attention_flops(p, pairs), up, down);
+  e.rates_source = rates->second;
+  return e;
+}
+
 // Steps 2 and 3's start, shared by both passes: the operator after the fallbacks (recorded in
 // d) and the backend candidates in order.
 OperationImpl& choose_operator(OperationImpl& requested, OperationImpl& vanilla, const AttentionProblem& p,
@@ -159,16 +192,62 @@ AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const
                 "return_weights: only vanilla returns attention weights, and this call "
                 "runs '" +
                     op.name() + "' (use the vanilla operator)");
-  const std::vector<Backend> candidates = candidates_for(op, flags, d);
+
+  // Device-resident inputs: only the gpu reads them. Asking for another backend is an error,
+  // never a silent copy.
+  const bool device_inputs = p.on_device();
+  const auto& md = op.metadata();
+  if (device_inputs) {
+    const char* which = q.on_device() ? "q" : k.on_device() ? "k" : "v";
+    if (flags.force_native)
+      throw Error(ErrorCode::invalid_argument, std::string(which) + " is a device tensor and ATTNOPS_FORCE_NATIVE=1 "
+                                               "asks for the native backend, which reads host memory only: copy "
+                                               "the inputs with DeviceTensor::to_host() or unset it");
+    if (!md.backends.empty() && md.backends.front() != Backend::gpu)
+      throw Error(ErrorCode::invalid_argument,
+                  std::string(which) + " is a device tensor and the backend asked for is " +
+                      std::string(backend_name(md.backends.front())) +
+                      ", which reads host memory only: use the gpu backend or copy the inputs with "
+                      "DeviceTensor::to_host()");
+  }
+  const std::vector<Backend> candidates =
+      device_inputs ? std::vector<Backend>{Backend::gpu} : candidates_for(op, flags, d);
+
+  // The cost rule applies when the gpu is a candidate of the auto order only (not named by the
+  // config or --backend), the inputs are on the host and the cpu could run the call instead.
+  const bool gpu_named = std::find(md.backends.begin(), md.backends.end(), Backend::gpu) != md.backends.end();
+  const auto check = [&](Backend b) -> std::optional<Reason> {
+    if (auto r = check_backend(op, b, p, host)) return r;
+    if (b != Backend::gpu || gpu_named || device_inputs || flags.force_native) return std::nullopt;
+    const auto gpu_at = std::find(candidates.begin(), candidates.end(), Backend::gpu);
+    if (std::find(gpu_at, candidates.end(), Backend::cpu) == candidates.end() ||
+        check_backend(op, Backend::cpu, p, host))
+      return std::nullopt;
+    const std::optional<CostEstimate> e = gpu_cost(op, p, host);
+    if (!e) return std::nullopt;
+    d.cost = e;
+    if (e->cpu_us > e->gpu_us) return std::nullopt;
+    return Reason{ReasonCode::cpu_faster, "gpu: estimated " + us(e->gpu_us) + " (call " + us(e->call_us) +
+                                              ", upload " + us(e->upload_us) + ", kernels " + us(e->kernel_us) +
+                                              ", download " + us(e->download_us) + ") vs cpu " + us(e->cpu_us) +
+                                              " (rates: " + e->rates_source + ")"};
+  };
   return first_candidate<AttentionOutput>(
-      op, candidates, d, flags, [&](Backend b) { return check_backend(op, b, p, host); },
-      [&](Backend b) { return op.forward(b, p); }, execute);
+      op, candidates, d, flags, check, [&](Backend b) { return op.forward(b, p); }, execute);
 }
 
 AttentionGradients dispatch_backward(OperationImpl& requested, OperationImpl& vanilla, const Host& host,
                                      const TensorView& q, const TensorView& k, const TensorView& v,
                                      const TensorView& out, const TensorView& lse, const TensorView& dout,
                                      const AttentionOptions& options, const RuntimeFlags& flags) {
+  // The backward reads host tensors only (no backend has a device-resident backward yet).
+  const std::pair<const char*, const TensorView*> args[] = {{"q", &q},     {"k", &k},     {"v", &v},
+                                                             {"out", &out}, {"lse", &lse}, {"dout", &dout}};
+  for (const auto& [name, t] : args)
+    if (t->on_device())
+      throw Error(ErrorCode::invalid_argument,
+                  std::string(name) + " is a device tensor, and the backward reads host memory only: copy it with "
+                                      "DeviceTensor::to_host()");
   const BackwardProblem p = make_backward_problem(q, k, v, out, lse, dout, options, requested.metadata());
   DispatchDecision d;
   d.pass = Pass::backward;

@@ -9,6 +9,8 @@
 //   blocksize_k: 128
 //   num_threads: 0                     # 0 = OpenMP default
 //   gpu: {device: "", allow_software: false, pipeline_cache: ""}
+//   # optional, see cost.h: gpu: {cost_rates: {cpu_gflops: 50, gpu_gflops: 500, upload_gbps: 10,
+//   #                                          download_gbps: 10, call_us: 30}}
 //   operators:
 //     blocksparse:                     # canonical name or alias
 //       backend: [cpu, native]
@@ -58,6 +60,7 @@ struct Config {
   std::optional<std::string> gpu_device;
   std::optional<bool> gpu_allow_software;
   std::optional<std::string> gpu_pipeline_cache;
+  std::optional<CostRates> gpu_cost_rates;  // gpu.cost_rates: {cpu_gflops, gpu_gflops, upload_gbps, ...}
   std::map<std::string, OperatorConfig> operators;  // key as written (may be an alias)
 
   // The metadata for one operator: `defaults` (the operator's own), then the top-level keys,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attnops/decision.h"
+#include "attnops/device_tensor.h"
 #include "attnops/mask.h"
 #include "attnops/metadata.h"
 #include "attnops/options.h"
@@ -55,6 +56,8 @@ struct AttentionProblem {
 
   bool want_lse = false;
   bool want_weights = false;
+  bool profile = false;  // options.profile or ATTNOPS_PROFILE=1: backends report timings
+  bool on_device() const { return q.on_device() || k.on_device() || v.on_device(); }
   std::int64_t blocksize_q = 128, blocksize_k = 128;
   int num_threads = 0;  // 0 = OpenMP default
 
@@ -68,11 +71,12 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
                               const AttentionOptions& options, const OperationMetadata& metadata);
 
 // Output storage of one call, allocated for a problem: out [B, Tq, Hq, Dv] in problem.dtype,
-// zero-filled; lse [B, Hq, Tq] f32 when want_lse; weights [B, Hq, Tq, Tk] f32 when want_weights.
+// zero-filled (not allocated when q is on the device: the gpu backend allocates device_out); lse [B, Hq, Tq] f32 when want_lse; weights [B, Hq, Tq, Tk] f32 when want_weights.
 struct AttentionBuffers {
   Tensor out;
   std::optional<Tensor> lse;
   std::optional<Tensor> weights;
+  DeviceTensor device_out;  // the output when q is on the device (then `out` stays empty)
   RunInfo run;  // the kernel fills it in; it ends up in AttentionOutput::decision.run
 };
 AttentionBuffers allocate_buffers(const AttentionProblem& p);

@@ -23,6 +23,7 @@ namespace attnops {
 inline constexpr int kMaxRank = 4;
 
 class Tensor;
+class DeviceStorage;
 
 class TensorView {
  public:
@@ -34,8 +35,16 @@ class TensorView {
   TensorView(const void* data, DType dtype, const std::vector<std::int64_t>& shape,
              const std::vector<std::int64_t>& strides);
   TensorView(const Tensor& t);  // NOLINT(google-explicit-constructor): Tensor -> view is free
+  // A view of GPU memory (made by DeviceTensor::view()); `offset` in elements.
+  TensorView(const DeviceStorage* storage, std::int64_t offset, DType dtype, const std::vector<std::int64_t>& shape,
+             const std::vector<std::int64_t>& strides);
 
-  bool empty() const { return data_ == nullptr && rank_ == 0; }
+  bool empty() const { return data_ == nullptr && device_ == nullptr && rank_ == 0; }
+  // Device views (DeviceTensor): data() is null; the elements live in device_storage() from
+  // element device_offset() on. Only the gpu backend reads them.
+  bool on_device() const { return device_ != nullptr; }
+  const DeviceStorage* device_storage() const { return device_; }
+  std::int64_t device_offset() const { return device_offset_; }
   const void* data() const { return data_; }
   template <class T> const T* data_as() const { return static_cast<const T*>(data_); }
   DType dtype() const { return dtype_; }
@@ -56,6 +65,8 @@ class TensorView {
   int rank_ = 0;
   std::array<std::int64_t, kMaxRank> shape_{};
   std::array<std::int64_t, kMaxRank> strides_{};
+  const DeviceStorage* device_ = nullptr;
+  std::int64_t device_offset_ = 0;
 };
 
 class Tensor {
@@ -63,7 +74,8 @@ class Tensor {
   Tensor() = default;
   Tensor(DType dtype, std::vector<std::int64_t> shape);  // zero-initialised
   static Tensor zeros(DType dtype, std::vector<std::int64_t> shape) { return Tensor(dtype, std::move(shape)); }
-  // Deep copy of any view into a contiguous tensor, converting float dtypes (f32/f16/bf16 among
+  // Deep copy of any host view into a contiguous tensor (Error invalid_argument for a device
+  // view: use DeviceTensor::to_host), converting float dtypes (f32/f16/bf16 among
   // themselves, i32/i64 among themselves with a range check).
   static Tensor copy_of(const TensorView& v, DType to);
   static Tensor copy_of(const TensorView& v) { return copy_of(v, v.dtype()); }

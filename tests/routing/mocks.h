@@ -14,6 +14,8 @@ class MockHost : public Host {
   MOCK_METHOD(CpuInfo, cpu, (), (const, override));
   MOCK_METHOD(std::vector<GpuDeviceInfo>, gpu_devices, (const GpuSettings&), (const, override));
   MOCK_METHOD(Availability, availability, (Backend, const GpuSettings&), (const, override));
+  using Rates = std::optional<std::pair<CostRates, std::string>>;
+  MOCK_METHOD(Rates, cost_rates, (const GpuSettings&), (const, override));
 };
 
 // A real operator (Base) whose forwards and input check are mocked. By default every input

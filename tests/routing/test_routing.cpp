@@ -234,7 +234,8 @@ TEST_F(Routing, WhatTheBackendReportsAboutTheRunIsKept) {
   shapes(128, 128);
   auto attn = reg.get("blocksparse");
   AttentionOutput reported;
-  reported.decision.run = {"avx512", "detected avx512bf16, capped by ATTNOPS_CPU_ISA"};
+  reported.decision.run.kernel = "avx512";
+  reported.decision.run.kernel_detail = "detected avx512bf16, capped by ATTNOPS_CPU_ISA";
   reported.decision.backend = Backend::tpu;  // the dispatcher's own fields win
   EXPECT_CALL(*bs, forward_cpu(_)).WillOnce(Return(reported));
   auto out = attn(q, k, v);
@@ -242,6 +243,102 @@ TEST_F(Routing, WhatTheBackendReportsAboutTheRunIsKept) {
   EXPECT_EQ(out.decision.run, reported.decision.run);
   EXPECT_THAT(out.decision.to_json(), HasSubstr("\"kernel\": \"avx512\""));
   EXPECT_THAT(out.decision.to_log_line(), HasSubstr(",cpu/avx512,"));
+}
+
+// Auto's cost rule (cost.h): with rates, the gpu runs only when its estimate beats the cpu's.
+TEST_F(Routing, CostRuleSendsSmallCallsToTheCpuWithTheEstimate) {
+  gpu_present = true;
+  shapes(128, 128);
+  Config cfg;
+  cfg.gpu_cost_rates = CostRates{100, 1000, 10, 10, 50};  // cpu 100 GFLOP/s, gpu 1000, 50 us per call
+  auto attn = reg.get("flash_attn2", cfg);
+  // 128 x 128 causal, 4 heads, D 16: ~0.55 MFLOP: cpu ~5.5 us, gpu >= 50 us.
+  expect_only(*fl, Backend::cpu);
+  auto out = attn(q, k, v);
+  EXPECT_EQ(out.decision.backend, Backend::cpu);
+  ASSERT_TRUE(out.decision.has(ReasonCode::cpu_faster)) << out.decision.to_log_line();
+  ASSERT_TRUE(out.decision.cost.has_value());
+  EXPECT_LT(out.decision.cost->cpu_us, out.decision.cost->gpu_us);
+  EXPECT_DOUBLE_EQ(out.decision.cost->call_us, 50);
+  EXPECT_EQ(out.decision.cost->rates_source, "config");
+  EXPECT_THAT(out.decision.to_json(), HasSubstr("\"cost\": {\"gpu_us\": "));
+  EXPECT_THAT(out.decision.to_log_line(), HasSubstr("cpu_faster:gpu: estimated"));
+  // plan() decides the same way, deterministically.
+  EXPECT_EQ(attn.plan(q, k, v).reasons, out.decision.reasons);
+}
+
+TEST_F(Routing, CostRuleKeepsLargeCallsOnTheGpu) {
+  gpu_present = true;
+  shapes(4096, 4096);
+  Config cfg;
+  cfg.gpu_cost_rates = CostRates{100, 10000, 10, 10, 50};
+  auto attn = reg.get("flash_attn2", cfg);
+  expect_only(*fl, Backend::gpu);
+  auto out = attn(q, k, v);
+  EXPECT_EQ(out.decision.backend, Backend::gpu);
+  EXPECT_FALSE(out.decision.has(ReasonCode::cpu_faster));
+  ASSERT_TRUE(out.decision.cost.has_value());
+  EXPECT_LT(out.decision.cost->gpu_us, out.decision.cost->cpu_us);
+}
+
+TEST_F(Routing, CostRuleUsesTheHostsRatesAndOnlyForAuto) {
+  gpu_present = true;
+  shapes(128, 128);
+  EXPECT_CALL(*host, cost_rates(_))
+      .WillRepeatedly(Return(MockHost::Rates{std::pair{CostRates{100, 1, 1, 1, 1000}, std::string("measured")}}));
+  auto out = reg.get("flash_attn2")(q, k, v);
+  EXPECT_EQ(out.decision.backend, Backend::cpu);
+  ASSERT_TRUE(out.decision.cost.has_value());
+  EXPECT_EQ(out.decision.cost->rates_source, "measured");
+  // A gpu the config names is tried as named: no estimate.
+  Config cfg;
+  cfg.backends = std::vector<Backend>{Backend::gpu, Backend::cpu};
+  out = reg.get("flash_attn2", cfg)(q, k, v);
+  EXPECT_EQ(out.decision.backend, Backend::gpu);
+  EXPECT_FALSE(out.decision.cost.has_value());
+}
+
+TEST_F(Routing, WithoutRatesAutoStillPrefersTheGpu) {
+  gpu_present = true;
+  shapes(128, 128);
+  auto out = reg.get("flash_attn2")(q, k, v);  // the mock host has no rates
+  EXPECT_EQ(out.decision.backend, Backend::gpu);
+  EXPECT_FALSE(out.decision.cost.has_value());
+}
+
+TEST(CostRates, FormatAndParseRoundTrip) {
+  const CostRates r{12.5, 3000, 8, 9.5, 40};
+  EXPECT_EQ(parse_rates(format_rates(r)), r);
+  EXPECT_FALSE(parse_rates("cpu_gflops=1 bogus=2").valid());
+  EXPECT_FALSE(parse_rates("cpu_gflops=x").valid());
+  const CostEstimate e = estimate_cost(r, 1e9, 8e6, 9.5e6);
+  EXPECT_NEAR(e.upload_us, 1000, 1e-9);
+  EXPECT_NEAR(e.download_us, 1000, 1e-9);
+  EXPECT_NEAR(e.kernel_us, 1e9 / 3000e3, 1e-9);
+  EXPECT_NEAR(e.cpu_us, 1e9 / 12.5e3, 1e-9);
+  EXPECT_NEAR(e.gpu_us, 40 + 2000 + 1e9 / 3000e3, 1e-9);
+}
+
+TEST(CostRates, ReadFromYaml) {
+  const Config c = parse_config(
+      "gpu:\n  cost_rates: {cpu_gflops: 50, gpu_gflops: 400, upload_gbps: 12, download_gbps: 11, call_us: 30}\n");
+  ASSERT_TRUE(c.gpu_cost_rates.has_value());
+  EXPECT_EQ(*c.gpu_cost_rates, (CostRates{50, 400, 12, 11, 30}));
+  const OperationMetadata md = c.metadata_for("flash_attn2", {}, OperationMetadata{});
+  EXPECT_EQ(md.gpu.cost_rates, c.gpu_cost_rates);
+  try {
+    parse_config("gpu:\n  cost_rates: {cpu_gflops: 50}\n");
+    ADD_FAILURE() << "incomplete rates accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::config_error);
+    EXPECT_THAT(e.what(), HasSubstr("gpu.cost_rates"));
+  }
+  try {
+    parse_config("gpu:\n  cost_rates: {cpu_gflop: 50}\n");
+    ADD_FAILURE() << "misspelt key accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cpu_gflops"));
+  }
 }
 
 TEST_F(Routing, OtherErrorsFromAForwardPropagate) {
