@@ -43,5 +43,8 @@ std::vector<bool> parse_causal_mode(std::string_view text);
 
 // Reads a bench file; Error(config_error) naming the file and the key for a wrong value.
 BenchSpec load_bench_file(const std::string& path);
+// The same for a bench file's text already in memory (the fuzz target's entry); `source` names
+// it in messages.
+BenchSpec parse_bench_text(std::string_view yaml_text, const std::string& source);
 
 }  // namespace attnops::cli

@@ -29,6 +29,8 @@
 #include <utility>
 
 #include "attnops/error.h"
+#include "config/yaml_documents.h"
+#include "core/printable.h"
 #include "core/suggest.h"
 
 namespace attnops {
@@ -83,25 +85,6 @@ std::string backend_names(bool with_auto) {
     if (!out.empty()) out += ", ";
     out += backend_name(b);
   }
-  return out;
-}
-
-// Text from the file as it appears in a message: shortened, control characters escaped, so
-// that a garbled file cannot produce a garbled (or enormous) error message.
-std::string printable(std::string_view s, std::size_t max_chars) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size() && i < max_chars; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (s.size() > max_chars) out += "...";
   return out;
 }
 
@@ -496,7 +479,7 @@ Config parse_config(std::string_view yaml_text, const std::string& source) {
   Walker w(c.source);
   std::vector<YAML::Node> docs;
   try {
-    docs = YAML::LoadAll(std::string(yaml_text));
+    docs = load_yaml_documents(std::string(yaml_text));
   } catch (const YAML::Exception& e) {
     // e.msg is yaml-cpp's text without its own "error at line ..." prefix (ours replaces it);
     // it can quote a raw byte of the input ("unknown escape character: \x01").

@@ -199,5 +199,21 @@ TEST(ConfigFuzz, HostileInputs) {
   EXPECT_GT(t.rejected, 0);
 }
 
+// Found by fuzz/fuzz_config: yaml-cpp 0.7's LoadAll loops forever, allocating, when a token
+// follows a complete flow collection (config/yaml_documents.h). Each must be a config_error at
+// the token; before the guard this test never finished.
+TEST(ConfigFuzz, TokenAfterAFlowCollectionIsAnErrorNotAHang) {
+  for (const char* text : {"{},", "[],", "{a: b},\n", "backend: [cpu]\n---\n{},"}) {
+    try {
+      parse_config(text, "fuzz.yaml");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::config_error) << e.what();
+      EXPECT_TRUE(has_position_prefix(e.what())) << e.what();
+      EXPECT_NE(std::string(e.what()).find("malformed YAML"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attnops
