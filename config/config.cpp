@@ -113,8 +113,10 @@ std::string describe(const YAML::Node& n) {
   return (is_quoted(n) ? "the string " : "") + quote(n.Scalar());
 }
 
+// The path appears in messages only; an operator name in it comes from the file, so it is
+// escaped like any quoted text (fuzz/fuzz_config found a control byte echoed raw here).
 std::string child_path(const std::string& parent, std::string_view key) {
-  return parent.empty() ? std::string(key) : parent + "." + std::string(key);
+  return parent.empty() ? printable(key, 40) : parent + "." + printable(key, 40);
 }
 
 // Walks one parsed document and fills a Config. Every error goes through fail().

@@ -215,5 +215,18 @@ TEST(ConfigFuzz, TokenAfterAFlowCollectionIsAnErrorNotAHang) {
   }
 }
 
+// Found by fuzz/fuzz_config: an operator name with a control byte reached the key path of a
+// later message raw ("in 'operators.bloc\x1cksparse.fallbacks'").
+TEST(ConfigFuzz, KeyPathsEscapeControlBytes) {
+  try {
+    parse_config("operators:\n  bloc\x1bksparse:\n    fallbacks: {nope: true}\n", "fuzz.yaml");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("operators.bloc\\x1bksparse.fallbacks"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\x1b'), std::string::npos) << m;
+  }
+}
+
 }  // namespace
 }  // namespace attnops
