@@ -53,7 +53,7 @@ build() {
 sanitized_build() {
   local dir=$1 flags=$2
   shift 2
-  install_packages "${deps[@]}" "${fuzz_deps[@]}"
+  install_packages "${deps[@]}"
   # shellcheck disable=SC2086
   cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release $flags
   local targets=()
@@ -64,11 +64,13 @@ sanitized_build() {
 # Run-time options of the sanitizers (tests/sanitizers/README.md): every report is fatal, and
 # the leak checker ignores the allocations of lavapipe, LLVM and the validation layer, which
 # are not ours (tests/sanitizers/lsan.supp; detection stays on for everything else).
-san_dir="$root/tests/sanitizers"
-export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}"
-export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
-export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$san_dir/lsan.supp:print_suppressions=0}"
-export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$san_dir/tsan.supp}"
+sanitizer_env() {
+  local san_dir="$root/tests/sanitizers"
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
+  export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$san_dir/lsan.supp:print_suppressions=0}"
+  export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$san_dir/tsan.supp}"
+}
 
 case "${1:-help}" in
   build) build ;;
@@ -82,11 +84,13 @@ case "${1:-help}" in
     ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 900
     ;;
   asan)
+    sanitizer_env
     dir=$build-asan
     sanitized_build "$dir" "-DATTNOPS_SANITIZE=address,undefined -DATTNOPS_BUILD_BENCH=OFF"
     ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 900 ${ATTNOPS_CTEST_ARGS:-}
     ;;
   tsan)
+    sanitizer_env
     # The library and the concurrency test only; OpenMP at one thread (libgomp is not
     # instrumented: its barriers are invisible to TSan and would be reported as races).
     dir=$build-tsan
@@ -94,11 +98,13 @@ case "${1:-help}" in
     OMP_NUM_THREADS=1 "$dir/tests/concurrency/test_concurrency"
     ;;
   fuzz)
+    sanitizer_env
     # Each target for ${2:-60} seconds from the checked-in seeds; what it adds to the corpus stays
     # in the build tree (the first corpus directory is libFuzzer's output). A finding aborts with
     # the input saved as $dir/<target>-crash-*; reproduce with: $dir/fuzz/<target> FILE.
     dir=$build-fuzz
     seconds=${2:-60}
+    install_packages "${fuzz_deps[@]}"
     sanitized_build "$dir" "-DCMAKE_CXX_COMPILER=clang++-14 -DATTNOPS_SANITIZE=address,undefined -DATTNOPS_FUZZ=ON -DATTNOPS_BUILD_TESTS=OFF -DATTNOPS_BUILD_BENCH=OFF -DATTNOPS_BUILD_EXAMPLES=OFF" fuzz_npy fuzz_config fuzz_bench_file
     [ "$seconds" -gt 0 ] || exit 0  # libFuzzer reads -max_total_time=0 as "no limit"
     for t in npy:npy config:yaml bench_file:yaml; do
