@@ -67,19 +67,19 @@ std::vector<Backend> backends_here() {
 // Shapes that take each operator down its own kernel and, through the default fallbacks, into
 // vanilla's general and decode paths: GQA, head_dim not a power of two, Tq != Tk, masks, bias.
 std::vector<CaseSpec> shapes() {
-  std::vector<CaseSpec> out;
-  CaseSpec prefill;  // blocksparse and flash_attn2 run their own tiled kernels
-  prefill.B = 1, prefill.Tq = 128, prefill.Tk = 128, prefill.Hq = 4, prefill.Hkv = 2, prefill.D = 40;
-  out.push_back(prefill);
-  CaseSpec odd = prefill;  // Tq % 128 != 0, window, bias: blocksparse -> vanilla (seq_multiple)
+  // Filled in place: copying a CaseSpec (its optional<Mask>) draws a GCC 12 -Wmaybe-uninitialized
+  // false positive.
+  std::vector<CaseSpec> out(4);
+  for (CaseSpec& s : out) s.B = 1, s.Hq = 4, s.Hkv = 2;
+  CaseSpec& prefill = out[0];  // blocksparse and flash_attn2 run their own tiled kernels
+  prefill.Tq = 128, prefill.Tk = 128, prefill.D = 40;
+  CaseSpec& odd = out[1];  // Tq % 128 != 0, window, bias: blocksparse -> vanilla (seq_multiple)
   odd.Tq = 37, odd.Tk = 90, odd.D = 24, odd.Hkv = 1, odd.window = Window{20, 0}, odd.bias = true;
-  out.push_back(odd);
-  CaseSpec decode = prefill;  // Tq == 1: vanilla's decode path
-  decode.Tq = 1, decode.Tk = 300, decode.sinks = true;
-  out.push_back(decode);
-  CaseSpec full = prefill;  // non-causal, segments, f16
-  full.causal = false, full.segments = true, full.dtype = DType::f16, full.Tk = 160;
-  out.push_back(full);
+  CaseSpec& decode = out[2];  // Tq == 1: vanilla's decode path
+  decode.Tq = 1, decode.Tk = 300, decode.D = 40, decode.sinks = true;
+  CaseSpec& full = out[3];  // non-causal, segments, f16
+  full.Tq = 128, full.Tk = 160, full.D = 40, full.causal = false, full.segments = true,
+  full.dtype = DType::f16;
   return out;
 }
 
