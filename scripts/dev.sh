@@ -107,14 +107,16 @@ case "${1:-help}" in
     install_packages "${fuzz_deps[@]}"
     sanitized_build "$dir" "-DCMAKE_CXX_COMPILER=clang++-14 -DATTNOPS_SANITIZE=address,undefined -DATTNOPS_FUZZ=ON -DATTNOPS_BUILD_TESTS=OFF -DATTNOPS_BUILD_BENCH=OFF -DATTNOPS_BUILD_EXAMPLES=OFF" fuzz_npy fuzz_config fuzz_bench_file
     [ "$seconds" -gt 0 ] || exit 0  # libFuzzer reads -max_total_time=0 as "no limit"
+    failed=()  # every target runs even when one finds something
     for t in npy:npy config:yaml bench_file:yaml; do
       name=${t%%:*} dict=${t##*:}
       corpus=${name%_file}
       mkdir -p "$dir/corpus/$name"
-      (cd "$dir" && "$dir/fuzz/fuzz_$name" -max_total_time="$seconds" -print_final_stats=1 \
+      (cd "$dir" && "$dir/fuzz/fuzz_$name" -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
          -dict="$root/fuzz/$dict.dict" -artifact_prefix="$dir/fuzz_$name-" \
-         "$dir/corpus/$name" "$root/fuzz/corpus/$corpus")
+         "$dir/corpus/$name" "$root/fuzz/corpus/$corpus") || failed+=("fuzz_$name")
     done
+    [ ${#failed[@]} -eq 0 ] || { echo "fuzz: findings in ${failed[*]}" >&2; exit 1; }
     ;;
   bench)
     install_packages python3-torch
