@@ -7,6 +7,7 @@
 #include "attnops/decision.h"
 #include "attnops/error.h"
 #include "cli/settings.h"
+#include "core/printable.h"
 
 namespace attnops::cli {
 
@@ -83,10 +84,13 @@ std::vector<Pass> parse_passes(std::string_view text) {
 
 namespace {
 
+// Keys and values quoted from the file are escaped (printable): no raw control bytes reach the
+// terminal (found by fuzz/fuzz_bench_file).
 [[noreturn]] void bad(const std::string& file, const YAML::Node& n, const std::string& key,
                       const std::string& what) {
   throw Error(ErrorCode::config_error, file + ":" + std::to_string(n.Mark().line + 1) + ":" +
-                                           std::to_string(n.Mark().column + 1) + ": " + key + ": " + what);
+                                           std::to_string(n.Mark().column + 1) + ": " + printable(key, 100) +
+                                           ": " + printable(what, 400));
 }
 
 std::vector<std::string> strings(const std::string& file, const YAML::Node& n, const std::string& key) {
@@ -100,22 +104,17 @@ std::vector<std::string> strings(const std::string& file, const YAML::Node& n, c
   return out;
 }
 
-}  // namespace
-
-BenchSpec load_bench_file(const std::string& path) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    throw Error(ErrorCode::io_error, "bench file '" + path + "': cannot open");
-  } catch (const YAML::Exception& e) {
-    throw Error(ErrorCode::config_error, "bench file '" + path + "': " + e.what());
-  }
+// The schema walk shared by load_bench_file and parse_bench_text; `path` names the source.
+BenchSpec bench_spec_from(const YAML::Node& root, const std::string& path) {
   BenchSpec spec;
   if (root.IsNull()) return spec;
   if (!root.IsMap())
     throw Error(ErrorCode::config_error, "bench file '" + path + "': expected a mapping at the top");
   for (const auto& kv : root) {
+    // A key that is a list or a map would make as<std::string>() throw a yaml-cpp exception past
+    // every handler below (found by fuzz/fuzz_bench_file: "[a]: 1").
+    if (!kv.first.IsScalar())
+      bad(path, kv.first, "key", "expected a name (ops, backends, ...), got a list or map");
     const std::string key = kv.first.as<std::string>();
     const YAML::Node& v = kv.second;
     try {
@@ -161,6 +160,30 @@ BenchSpec load_bench_file(const std::string& path) {
     }
   }
   return spec;
+}
+
+}  // namespace
+
+BenchSpec load_bench_file(const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::BadFile&) {
+    throw Error(ErrorCode::io_error, "bench file '" + path + "': cannot open");
+  } catch (const YAML::Exception& e) {
+    throw Error(ErrorCode::config_error, "bench file '" + path + "': " + printable(e.what()));
+  }
+  return bench_spec_from(root, path);
+}
+
+BenchSpec parse_bench_text(std::string_view yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    throw Error(ErrorCode::config_error, "bench file '" + source + "': " + printable(e.what()));
+  }
+  return bench_spec_from(root, source);
 }
 
 }  // namespace attnops::cli

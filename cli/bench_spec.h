@@ -49,5 +49,8 @@ std::vector<Pass> parse_passes(std::string_view text);
 
 // Reads a bench file; Error(config_error) naming the file and the key for a wrong value.
 BenchSpec load_bench_file(const std::string& path);
+// The same for a bench file's text already in memory (the fuzz target's entry); `source` names
+// it in messages.
+BenchSpec parse_bench_text(std::string_view yaml_text, const std::string& source);
 
 }  // namespace attnops::cli

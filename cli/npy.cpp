@@ -117,8 +117,9 @@ class HeaderParser {
     // Dimensions beyond 2^62 cannot describe a file anyway; stop before the int64 overflows.
     constexpr std::int64_t kLimit = std::int64_t{1} << 62;
     while (std::isdigit(static_cast<unsigned char>(peek()))) {
-      v = v * 10 + (s_[pos_] - '0');
-      if (v > kLimit) bad("dimension too large");
+      const int digit = s_[pos_] - '0';
+      if (v > (kLimit - digit) / 10) bad("dimension too large");  // checked before v * 10 overflows
+      v = v * 10 + digit;
       ++pos_;
     }
     if (peek() == 'L') ++pos_;  // Python 2 long suffix, as old NumPy wrote it
