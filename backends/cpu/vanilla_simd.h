@@ -231,6 +231,23 @@ inline void dot_key(const float* Q, i64 ldq, i64 R, const T* k, i64 D, float* s,
 #endif
 }
 
+// pv_block's contract with zero weights skipped rather than multiplied: a value row of weight 0
+// (masked, or underflowed) adds nothing even when it holds NaN or inf (0 x inf = NaN). The
+// portable path, and the guarded path taken when v holds non-finite values.
+template <class T>
+inline void pv_block_skip_zeros(const float* P, i64 ldp, i64 R, const T* V, i64 ldv, i64 n, i64 Dv, float* acc,
+                                i64 ldacc) {
+  for (i64 r = 0; r < R; ++r) {
+    float* a = acc + r * ldacc;
+    for (i64 j = 0; j < n; ++j) {
+      const float pj = P[r * ldp + j];
+      if (pj == 0.f) continue;
+      const T* v = V + j * ldv;
+      for (i64 c = 0; c < Dv; ++c) a[c] += pj * static_cast<float>(v[c]);
+    }
+  }
+}
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 // pv_block for RR (1..4) rows: for each 64-column slice the RR x 4 accumulators stay in registers
 // while the n value rows stream through, so each V element is loaded once per RR rows.
@@ -283,15 +300,7 @@ inline void pv_block(const float* P, i64 ldp, i64 R, const T* V, i64 ldv, i64 n,
     }
   }
 #else
-  for (i64 r = 0; r < R; ++r) {
-    float* a = acc + r * ldacc;
-    for (i64 j = 0; j < n; ++j) {
-      const float pj = P[r * ldp + j];
-      if (pj == 0.f) continue;
-      const T* v = V + j * ldv;
-      for (i64 c = 0; c < Dv; ++c) a[c] += pj * static_cast<float>(v[c]);
-    }
-  }
+  pv_block_skip_zeros(P, ldp, R, V, ldv, n, Dv, acc, ldacc);
 #endif
 }
 
