@@ -2,9 +2,11 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "attnops/config.h"
 #include "attnops/decision.h"
 #include "attnops/error.h"
 #include "cli/settings.h"
+#include "core/printable.h"
 
 namespace attnops::cli {
 
@@ -69,7 +71,8 @@ namespace {
 [[noreturn]] void bad(const std::string& file, const YAML::Node& n, const std::string& key,
                       const std::string& what) {
   throw Error(ErrorCode::config_error, file + ":" + std::to_string(n.Mark().line + 1) + ":" +
-                                           std::to_string(n.Mark().column + 1) + ": " + key + ": " + what);
+                                           std::to_string(n.Mark().column + 1) + ": " + printable(key, 40) + ": " +
+                                           what);
 }
 
 std::vector<std::string> strings(const std::string& file, const YAML::Node& n, const std::string& key) {
@@ -87,12 +90,11 @@ std::vector<std::string> strings(const std::string& file, const YAML::Node& n, c
 
 BenchSpec load_bench_file(const std::string& path) {
   YAML::Node root;
+  const std::string text = read_yaml_file(path, "bench file");  // bounded: at most kMaxConfigBytes
   try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    throw Error(ErrorCode::io_error, "bench file '" + path + "': cannot open");
+    root = YAML::Load(text);
   } catch (const YAML::Exception& e) {
-    throw Error(ErrorCode::config_error, "bench file '" + path + "': " + e.what());
+    throw Error(ErrorCode::config_error, "bench file '" + path + "': " + printable(e.what(), 200));
   }
   BenchSpec spec;
   if (root.IsNull()) return spec;
@@ -130,7 +132,7 @@ BenchSpec load_bench_file(const std::string& path) {
             "unknown key (expected ops, backends, shapes, dtypes, causal, repeats, sgemm)");
       }
     } catch (const YAML::Exception& e) {
-      bad(path, v, key, std::string("wrong type (") + e.what() + ")");
+      bad(path, v, key, std::string("wrong type (") + printable(e.what(), 200) + ")");
     } catch (const Error& e) {
       if (e.code() == ErrorCode::config_error) throw;
       bad(path, v, key, e.what());

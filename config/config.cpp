@@ -29,6 +29,7 @@
 #include <utility>
 
 #include "attnops/error.h"
+#include "core/printable.h"
 #include "core/suggest.h"
 
 namespace attnops {
@@ -83,25 +84,6 @@ std::string backend_names(bool with_auto) {
     if (!out.empty()) out += ", ";
     out += backend_name(b);
   }
-  return out;
-}
-
-// Text from the file as it appears in a message: shortened, control characters escaped, so
-// that a garbled file cannot produce a garbled (or enormous) error message.
-std::string printable(std::string_view s, std::size_t max_chars) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size() && i < max_chars; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (s.size() > max_chars) out += "...";
   return out;
 }
 
@@ -519,21 +501,30 @@ Config parse_config(std::string_view yaml_text, const std::string& source) {
   return c;
 }
 
-Config load_config(const std::string& path) {
+std::string read_yaml_file(const std::string& path, const std::string& what) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    throw Error(ErrorCode::io_error, "cannot read config file '" + path + "': it is a directory");
+    throw Error(ErrorCode::io_error, "cannot read " + what + " '" + path + "': it is a directory");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw Error(ErrorCode::io_error,
-                "cannot open config file '" + path + "': " + std::generic_category().message(errno));
+                "cannot open " + what + " '" + path + "': " + std::generic_category().message(errno));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error(ErrorCode::io_error, "cannot read config file '" + path + "'");
-  return parse_config(text.str(), path);
+  // At most kMaxConfigBytes + 1 bytes are read: /dev/zero or a runaway file is refused after a
+  // bounded read, and yaml-cpp (which needs ~140 bytes of memory per byte of a file of many
+  // keys) never sees more than the cap.
+  std::string text(static_cast<std::size_t>(kMaxConfigBytes) + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw Error(ErrorCode::io_error, "cannot read " + what + " '" + path + "'");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > static_cast<std::size_t>(kMaxConfigBytes))
+    throw Error(ErrorCode::config_error, path + ": a " + what + " holds at most " + std::to_string(kMaxConfigBytes) +
+                                             " bytes (256 KiB); this one is larger");
+  return text;
 }
+
+Config load_config(const std::string& path) { return parse_config(read_yaml_file(path, "config file"), path); }
 
 OperationMetadata Config::metadata_for(const std::string& canonical, const std::vector<std::string>& aliases,
                                        const OperationMetadata& defaults) const {
