@@ -69,15 +69,22 @@ inline void finish_logits(const AttentionProblem& p, i64 b, i64 hq, i64 i, const
 // zeros with lse -inf, sink or not. The shift is the visible max, so a sink far above every
 // logit cannot flush the lse to -inf; exp(sink - m) overflowing only drives the weights to 0,
 // which is their limit.
+// Whether any of s[0..n) is NaN (only asked on the rare paths below).
+inline bool any_nan(const float* s, i64 n) {
+  return std::any_of(s, s + n, [](float x) { return x != x; });
+}
+
 // Non-finite logits follow backends/common/softmax_policy.h: a NaN or +inf logit makes the
 // row's probabilities and lse NaN (as exp(inf - inf) does), a -inf logit has probability 0.
+// The max is Eigen's fast one, which may skip a NaN: exp_shift_sum then carries the NaN into
+// the sum, and a row whose max came out -inf is checked for NaN before it counts as masked.
 inline float softmax_row(float* s, i64 n, const float* sink) {
-  const float m = n > 0 ? Eigen::Map<const Eigen::ArrayXf>(s, n).maxCoeff<Eigen::PropagateNaN>() : kNegInf;
-  if (m == kNegInf) {
+  const float m = n > 0 ? Eigen::Map<const Eigen::ArrayXf>(s, n).maxCoeff() : kNegInf;
+  if (m == kNegInf && !any_nan(s, n)) {
     std::fill(s, s + n, 0.f);
     return kNegInf;
   }
-  if (!std::isfinite(m)) {  // NaN, or +inf: exp_shift_sum would flush the NaNs to 0
+  if (!std::isfinite(m)) {  // a NaN or +inf logit: the whole row is NaN
     std::fill(s, s + n, std::numeric_limits<float>::quiet_NaN());
     return std::numeric_limits<float>::quiet_NaN();
   }
@@ -97,10 +104,13 @@ struct OnlineRow {
 // masked) for the P.V step, acc and l are rescaled to the new max.
 // A NaN or +inf logit makes the row NaN for good (m, l and acc NaN; the merge keeps NaN).
 inline void online_update(float* s, i64 n, OnlineRow& st, float* acc, i64 Dv) {
-  const float bm = Eigen::Map<const Eigen::ArrayXf>(s, n).maxCoeff<Eigen::PropagateNaN>();
-  if (bm == kNegInf) {  // nothing visible in this block
-    std::fill(s, s + n, 0.f);
-    return;
+  float bm = Eigen::Map<const Eigen::ArrayXf>(s, n).maxCoeff();  // may skip a NaN: see softmax_row
+  if (bm == kNegInf) {
+    if (!any_nan(s, n)) {  // nothing visible in this block
+      std::fill(s, s + n, 0.f);
+      return;
+    }
+    bm = std::numeric_limits<float>::quiet_NaN();
   }
   if (!std::isfinite(bm) || std::isnan(st.m)) {
     const float nan = std::numeric_limits<float>::quiet_NaN();
