@@ -71,8 +71,8 @@ namespace {
 [[noreturn]] void bad(const std::string& file, const YAML::Node& n, const std::string& key,
                       const std::string& what) {
   throw Error(ErrorCode::config_error, file + ":" + std::to_string(n.Mark().line + 1) + ":" +
-                                           std::to_string(n.Mark().column + 1) + ": " + printable(key, 40) + ": " +
-                                           what);
+                                           std::to_string(n.Mark().column + 1) + ": " + printable(key, 40) +
+                                           ": " + what);
 }
 
 std::vector<std::string> strings(const std::string& file, const YAML::Node& n, const std::string& key) {

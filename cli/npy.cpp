@@ -187,8 +187,8 @@ std::uint32_t read_le(std::string_view b, std::size_t at, int n) {
 // The fixed part before the header text: magic, version, header length.
 struct Preamble {
   int major = 1, minor = 0;
-  std::size_t size = 10;        // bytes of the preamble: 10 (1.0) or 12 (2.0, 3.0)
-  std::size_t header_len = 0;   // bytes of header text after it
+  std::size_t size = 10;       // bytes of the preamble: 10 (1.0) or 12 (2.0, 3.0)
+  std::size_t header_len = 0;  // bytes of header text after it
 };
 constexpr std::size_t kMaxPreamble = 12;
 // NumPy writes headers of a few hundred bytes; anything beyond this is not a file we can read
@@ -211,8 +211,8 @@ Preamble parse_preamble(std::string_view bytes, const std::string& name) {
   if (bytes.size() < p.size) fail(name, "truncated in the header length");
   p.header_len = read_le(bytes, 8, len_bytes);
   if (p.header_len > kMaxHeaderLen)
-    fail(name, "header length " + std::to_string(p.header_len) + " exceeds the " + std::to_string(kMaxHeaderLen) +
-                   "-byte limit");
+    fail(name, "header length " + std::to_string(p.header_len) + " exceeds the " +
+                   std::to_string(kMaxHeaderLen) + "-byte limit");
   return p;
 }
 
@@ -243,8 +243,8 @@ std::uint64_t declared_bytes(const NpyHeader& h, const DescrInfo& d, const std::
 
 void check_data_size(const NpyHeader& h, std::uint64_t need, std::uint64_t have, const std::string& name) {
   if (have < need)
-    fail(name, "truncated: shape " + shape_string(h.shape) + " of " + h.descr + " needs " + std::to_string(need) +
-                   " bytes of data, the file has " + std::to_string(have));
+    fail(name, "truncated: shape " + shape_string(h.shape) + " of " + h.descr + " needs " +
+                   std::to_string(need) + " bytes of data, the file has " + std::to_string(have));
   if (have > need)
     fail(name, "shape " + shape_string(h.shape) + " of " + h.descr + " needs " + std::to_string(need) +
                    " bytes of data, the file has " + std::to_string(have) + " (trailing bytes)");
@@ -386,7 +386,9 @@ Tensor read_npy(const std::string& path) {
 namespace {
 
 // The dtype a tensor is stored as in a .npy file (.npy has no bfloat16: bf16 is written as f32).
-DType stored_dtype(DType t) { return t == DType::bf16 ? DType::f32 : t; }
+DType stored_dtype(DType t) {
+  return t == DType::bf16 ? DType::f32 : t;
+}
 
 // Preamble and header of a .npy image for `t` (version 1.0, 2.0 only if the header needs it).
 std::string npy_preamble_and_header(const TensorView& t) {

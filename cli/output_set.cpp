@@ -19,7 +19,9 @@ namespace {
   throw Error(ErrorCode::io_error, what + " '" + path + "': " + why);
 }
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 
 // A name in the target's directory that no one else uses: ".NAME.attnops-XXXXXXXX".
 std::string temp_name(const std::string& path, std::mt19937_64& rng) {
@@ -77,9 +79,13 @@ int OutputSet::add(const std::string& path, const std::string& what) {
   return static_cast<int>(outputs_.size()) - 1;
 }
 
-int OutputSet::fd(int index) const { return outputs_.at(static_cast<std::size_t>(index)).fd; }
+int OutputSet::fd(int index) const {
+  return outputs_.at(static_cast<std::size_t>(index)).fd;
+}
 
-const std::string& OutputSet::name(int index) const { return outputs_.at(static_cast<std::size_t>(index)).path; }
+const std::string& OutputSet::name(int index) const {
+  return outputs_.at(static_cast<std::size_t>(index)).path;
+}
 
 void OutputSet::commit() {
   for (Output& o : outputs_) {

@@ -519,12 +519,15 @@ std::string read_yaml_file(const std::string& path, const std::string& what) {
   if (in.bad()) throw Error(ErrorCode::io_error, "cannot read " + what + " '" + path + "'");
   text.resize(static_cast<std::size_t>(in.gcount()));
   if (text.size() > static_cast<std::size_t>(kMaxConfigBytes))
-    throw Error(ErrorCode::config_error, path + ": a " + what + " holds at most " + std::to_string(kMaxConfigBytes) +
+    throw Error(ErrorCode::config_error, path + ": a " + what + " holds at most " +
+                                             std::to_string(kMaxConfigBytes) +
                                              " bytes (256 KiB); this one is larger");
   return text;
 }
 
-Config load_config(const std::string& path) { return parse_config(read_yaml_file(path, "config file"), path); }
+Config load_config(const std::string& path) {
+  return parse_config(read_yaml_file(path, "config file"), path);
+}
 
 OperationMetadata Config::metadata_for(const std::string& canonical, const std::vector<std::string>& aliases,
                                        const OperationMetadata& defaults) const {

@@ -69,10 +69,11 @@ namespace {
 // for the same number of q heads: otherwise some heads would silently reuse another head's mask.
 void require_same_heads(const char* op, std::int64_t a, std::int64_t b) {
   if (a != 0 && b != 0 && a != b)
-    throw Error(ErrorCode::shape_mismatch, std::string(op) + ": per_head masks built for " + std::to_string(a) +
-                                               " and " + std::to_string(b) +
-                                               " q heads cannot be combined; give every per_head mask one mask "
-                                               "per q head (Hq)");
+    throw Error(ErrorCode::shape_mismatch,
+                std::string(op) + ": per_head masks built for " + std::to_string(a) + " and " +
+                    std::to_string(b) +
+                    " q heads cannot be combined; give every per_head mask one mask "
+                    "per q head (Hq)");
 }
 
 // The mask of q head h in a per_head node (make_problem checks that there is one per q head).
@@ -87,8 +88,8 @@ const Mask& head_mask(const std::vector<Mask>& heads, std::int64_t h) {
 Mask Mask::per_head(std::vector<Mask> heads) {
   if (heads.empty()) throw Error(ErrorCode::invalid_argument, "Mask::per_head: needs one mask per q head, got none");
   for (const Mask& m : heads)
-    require_same_heads("Mask::per_head (a head's own mask is per_head)", static_cast<std::int64_t>(heads.size()),
-                       m.num_heads());
+    require_same_heads("Mask::per_head (a head's own mask is per_head)",
+                       static_cast<std::int64_t>(heads.size()), m.num_heads());
   bool same = std::all_of(heads.begin(), heads.end(), [&](const Mask& m) { return m.key() == heads[0].key(); });
   if (same) return heads[0];
   auto n = std::make_shared<Node>();

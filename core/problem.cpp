@@ -64,9 +64,10 @@ void require_output_size(const char* name, const char* layout, std::vector<std::
   const auto n = checked_numel(dims.data(), dims.size());
   const auto bytes = n ? checked_mul(*n, static_cast<std::int64_t>(dtype_size(dtype))) : std::nullopt;
   if (!bytes || *bytes > kMaxTensorBytes)
-    fail(ErrorCode::invalid_argument, std::string(name) + ": " + layout + " = " + shape_string(dims) + " of " +
-                                          std::string(dtype_name(dtype)) +
-                                          " needs more than the maximum tensor size of 2^47 bytes (" + from + ")");
+    fail(ErrorCode::invalid_argument, std::string(name) + ": " + layout + " = " + shape_string(dims) +
+                                          " of " + std::string(dtype_name(dtype)) +
+                                          " needs more than the maximum tensor size of 2^47 bytes (" + from +
+                                          ")");
 }
 
 // Largest |x| over the finite elements of a float view (non-finite ones follow the non-finite
@@ -137,7 +138,8 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
 
   // Outputs must be allocatable before anything is copied or computed (a view may claim any
   // dimension: with zero strides a huge [.., Dv] costs nothing until the output is allocated).
-  const std::string dims_from = "from q " + dims_string(q) + ", k " + dims_string(k) + " and v " + dims_string(v);
+  const std::string dims_from =
+      "from q " + dims_string(q) + ", k " + dims_string(k) + " and v " + dims_string(v);
   require_output_size("out", "[B, Tq, Hq, Dv]", {p.B, p.Tq, p.Hq, p.Dv}, md.runtime_dtype.value_or(q.dtype()),
                       dims_from);
   if (o.return_lse) require_output_size("lse", "[B, Hq, Tq]", {p.B, p.Hq, p.Tq}, DType::f32, dims_from);
@@ -178,11 +180,14 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
       const double mq = max_abs_finite(p.q), mk = max_abs_finite(p.k);
       const double bound = std::fabs(p.scale) * static_cast<double>(p.D) * mq * mk;
       if (bound > std::numeric_limits<float>::max())
-        fail(ErrorCode::invalid_argument,
-             "softmax_scale: " + short_number(p.scale) + " can carry the logits out of the f32 range the kernels "
-             "compute in: |scale| * D * max|q| * max|k| = " + short_number(p.scale) + " * " + std::to_string(p.D) +
-             " * " + short_number(mq) + " * " + short_number(mk) + " = " + short_number(bound) + " > " +
-             short_number(std::numeric_limits<float>::max()) + "; use a smaller scale or rescale q and k");
+        fail(ErrorCode::invalid_argument, "softmax_scale: " + short_number(p.scale) +
+                                              " can carry the logits out of the f32 range the kernels "
+                                              "compute in: |scale| * D * max|q| * max|k| = " +
+                                              short_number(p.scale) + " * " + std::to_string(p.D) + " * " +
+                                              short_number(mq) + " * " + short_number(mk) + " = " +
+                                              short_number(bound) + " > " +
+                                              short_number(std::numeric_limits<float>::max()) +
+                                              "; use a smaller scale or rescale q and k");
     }
   } else {
     p.scale = 1.0 / std::sqrt(static_cast<double>(p.D));
@@ -230,7 +235,8 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
                                                std::string(dtype_name(t->dtype())));
     }
     p.seg_q = static_cast<const std::int32_t*>(contiguous(p, *o.segment_ids_q, DType::i32, "segment_ids_q"));
-    p.seg_kv = static_cast<const std::int32_t*>(contiguous(p, *o.segment_ids_kv, DType::i32, "segment_ids_kv"));
+    p.seg_kv =
+        static_cast<const std::int32_t*>(contiguous(p, *o.segment_ids_kv, DType::i32, "segment_ids_kv"));
   }
 
   // Bias [B|1, Hq|1, Tq, Tk].
@@ -254,11 +260,12 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
   // overflows).
   if (o.logits_soft_cap) {
     const double cap = *o.logits_soft_cap;
-    if (!std::isfinite(cap) || cap < std::numeric_limits<float>::min() || cap > std::numeric_limits<float>::max())
-      fail(ErrorCode::invalid_argument,
-           "logits_soft_cap: expected a number in the normal f32 range [" +
-               short_number(std::numeric_limits<float>::min()) + ", " +
-               short_number(std::numeric_limits<float>::max()) + "], got " + short_number(cap));
+    if (!std::isfinite(cap) || cap < std::numeric_limits<float>::min() ||
+        cap > std::numeric_limits<float>::max())
+      fail(ErrorCode::invalid_argument, "logits_soft_cap: expected a number in the normal f32 range [" +
+                                            short_number(std::numeric_limits<float>::min()) + ", " +
+                                            short_number(std::numeric_limits<float>::max()) + "], got " +
+                                            short_number(cap));
     p.soft_cap = o.logits_soft_cap;
   }
 

@@ -44,7 +44,8 @@ void check_extent(int rank, const std::array<std::int64_t, kMaxRank>& shape,
   }
   ok = ok && checked_mul(extent + 1, static_cast<std::int64_t>(dtype_size(dtype))).has_value();
   if (!ok) {
-    std::vector<std::int64_t> sh(shape.begin(), shape.begin() + rank), st(strides.begin(), strides.begin() + rank);
+    std::vector<std::int64_t> sh(shape.begin(), shape.begin() + rank),
+        st(strides.begin(), strides.begin() + rank);
     throw Error(ErrorCode::invalid_argument, "tensor view shape " + shape_string(sh) + " with strides " +
                                                  shape_string(st) + " spans more bytes than fit in int64");
   }
@@ -186,9 +187,10 @@ Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape) : dtype_(dtype), sh
   const auto n = checked_numel(shape_.data(), shape_.size());
   const auto bytes = n ? checked_mul(*n, static_cast<std::int64_t>(dtype_size(dtype_))) : std::nullopt;
   if (!bytes || *bytes > kMaxTensorBytes)
-    throw Error(ErrorCode::invalid_argument, "tensor shape " + what() + " is too large: " +
-                                                 (bytes ? std::to_string(*bytes) + " bytes" : "its size overflows int64") +
-                                                 ", the maximum is 2^47 bytes");
+    throw Error(ErrorCode::invalid_argument,
+                "tensor shape " + what() + " is too large: " +
+                    (bytes ? std::to_string(*bytes) + " bytes" : "its size overflows int64") +
+                    ", the maximum is 2^47 bytes");
   nbytes_ = static_cast<std::size_t>(*bytes);
   storage_ = allocate_zeroed(nbytes_, what());
 }
@@ -205,10 +207,14 @@ bool any_nonfinite(const void* data, std::int64_t n, U exponent) {
 }
 bool any_nonfinite(const void* data, DType t, std::int64_t n) {
   switch (t) {
-    case DType::f32: return any_nonfinite<std::uint32_t>(data, n, 0x7f800000u);
-    case DType::f16: return any_nonfinite<std::uint16_t>(data, n, 0x7c00u);
-    case DType::bf16: return any_nonfinite<std::uint16_t>(data, n, 0x7f80u);
-    default: return false;
+    case DType::f32:
+      return any_nonfinite<std::uint32_t>(data, n, 0x7f800000u);
+    case DType::f16:
+      return any_nonfinite<std::uint16_t>(data, n, 0x7c00u);
+    case DType::bf16:
+      return any_nonfinite<std::uint16_t>(data, n, 0x7f80u);
+    default:
+      return false;
   }
 }
 }  // namespace

@@ -41,7 +41,8 @@ void Registry::add(OperationEntry entry) {
                                                    "' is already taken by '" + other->name + "'");
   // Re-registering a name replaces it (as EasyDeL's registry does): tests inject mocks this way.
   // A reader that copied the old pointer keeps a valid (old) entry.
-  auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e->name == added->name; });
+  auto it =
+      std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e->name == added->name; });
   if (it != entries_.end())
     *it = std::move(added);
   else
@@ -56,7 +57,9 @@ std::vector<std::string> Registry::list() const {
   return r;
 }
 
-OperationEntry Registry::entry(std::string_view name) const { return *lookup(name); }
+OperationEntry Registry::entry(std::string_view name) const {
+  return *lookup(name);
+}
 
 Registry::EntryPtr Registry::lookup(std::string_view name) const {
   std::lock_guard lock(mu_);
@@ -80,7 +83,9 @@ Registry::EntryPtr Registry::lookup(std::string_view name) const {
   throw Error(ErrorCode::unknown_operator, msg);
 }
 
-std::string Registry::canonical(std::string_view name) const { return lookup(name)->name; }
+std::string Registry::canonical(std::string_view name) const {
+  return lookup(name)->name;
+}
 
 Attention Registry::make(const OperationEntry& e, const OperationMetadata& md, const Config* config) const {
   const EntryPtr van_ptr = lookup("vanilla");  // the fallback of every operator

@@ -124,11 +124,12 @@ constexpr std::array<PvFn, kMaxNC> pv_row() {
 // Indexed [R - 1][NC - 1]: the edges of a tile use the smaller shapes, so no size is padded.
 constexpr std::array<std::array<QkFn, kMaxNC>, kMaxR> kQk = {qk_row<1>(), qk_row<2>(), qk_row<3>(),
                                                              qk_row<4>(), qk_row<5>(), qk_row<6>()};
-constexpr std::array<std::array<PvFn, kMaxNC>, kMaxR> kPv = {
-    pv_row<1, false>(), pv_row<2, false>(), pv_row<3, false>(),
-    pv_row<4, false>(), pv_row<5, false>(), pv_row<6, false>()};
-constexpr std::array<std::array<PvFn, kMaxNC>, kMaxR> kPvSkipZeros = {
-    pv_row<1, true>(), pv_row<2, true>(), pv_row<3, true>(), pv_row<4, true>(), pv_row<5, true>(), pv_row<6, true>()};
+constexpr std::array<std::array<PvFn, kMaxNC>, kMaxR> kPv = {pv_row<1, false>(), pv_row<2, false>(),
+                                                             pv_row<3, false>(), pv_row<4, false>(),
+                                                             pv_row<5, false>(), pv_row<6, false>()};
+constexpr std::array<std::array<PvFn, kMaxNC>, kMaxR> kPvSkipZeros = {pv_row<1, true>(), pv_row<2, true>(),
+                                                                      pv_row<3, true>(), pv_row<4, true>(),
+                                                                      pv_row<5, true>(), pv_row<6, true>()};
 
 // ---- per-thread scratch ---------------------------------------------------------------------
 
@@ -317,7 +318,7 @@ struct Kernel {
         for (std::int64_t e0 = 0; e0 < Dv; e0 += kMaxR) {
           const int R = static_cast<int>(std::min<std::int64_t>(kMaxR, Dv - e0));
           pv[R - 1][NC - 1](st + c_lo * bqp + n0 * 16, bqp, vt + c_lo * ldv + e0, ldv, c_hi - c_lo,
-                             alpha + n0 * 16, ot + e0 * bqp + n0 * 16, bqp);
+                            alpha + n0 * 16, ot + e0 * bqp + n0 * 16, bqp);
         }
       }
     }

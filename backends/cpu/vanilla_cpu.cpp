@@ -83,7 +83,8 @@ VanillaPlan vanilla_plan(const AttentionProblem& p, int threads) {
     count();
   }
   pl.rows = pl.gc * pl.qc;
-  pl.convert_rows = std::clamp<i64>(kMaxWorkingFloats / std::max<i64>(1, std::max(p.D, p.Dv)), 1, kConvertRows);
+  pl.convert_rows =
+      std::clamp<i64>(kMaxWorkingFloats / std::max<i64>(1, std::max(p.D, p.Dv)), 1, kConvertRows);
   pl.scratch_floats = pl.rows * (p.D + std::max<i64>(1, p.Tk) + p.Dv) +
                       (p.dtype == DType::f32 ? 0 : pl.convert_rows * std::max(p.D, p.Dv));
   return pl;
@@ -103,8 +104,8 @@ template <class T>
 void pv_skip_zeros(const float* P, i64 M, i64 n, const TensorView& v, i64 b, i64 lo, i64 hk, float* O) {
   const i64 Dv = v.dim(3);
   std::fill(O, O + M * Dv, 0.f);
-  vanilla::pv_block_skip_zeros(P, n, M, reinterpret_cast<const T*>(row_ptr(v, b, lo, hk)), v.stride(1), n, Dv, O,
-                               Dv);
+  vanilla::pv_block_skip_zeros(P, n, M, reinterpret_cast<const T*>(row_ptr(v, b, lo, hk)), v.stride(1), n, Dv,
+                               O, Dv);
 }
 
 void general_attention(const AttentionProblem& p, AttentionBuffers& buffers, int threads) {
@@ -131,9 +132,9 @@ void general_attention(const AttentionProblem& p, AttentionBuffers& buffers, int
       w.rm.resize(static_cast<std::size_t>(Mmax));
     }
   } catch (const std::bad_alloc&) {
-    throw Error(ErrorCode::out_of_memory, "vanilla cpu: cannot allocate " +
-                                              std::to_string(pl.scratch_floats * 4) + " bytes of scratch for each of " +
-                                              std::to_string(threads) + " threads");
+    throw Error(ErrorCode::out_of_memory,
+                "vanilla cpu: cannot allocate " + std::to_string(pl.scratch_floats * 4) +
+                    " bytes of scratch for each of " + std::to_string(threads) + " threads");
   }
   ParallelErrors errors;
 
@@ -148,9 +149,10 @@ void general_attention(const AttentionProblem& p, AttentionBuffers& buffers, int
     for (i64 t = 0; t < pl.tasks; ++t) {
       if (errors.any()) continue;
       try {
-        const i64 c = t % pl.chunks, gs = (t / pl.chunks) % pl.gslices, hk = (t / (pl.chunks * pl.gslices)) % Hkv,
-                  b = t / (pl.chunks * pl.gslices * Hkv);
-        const i64 i0 = c * pl.qc, nq = std::min(pl.qc, Tq - i0), g0 = gs * pl.gc, gn = std::min(pl.gc, G - g0);
+        const i64 c = t % pl.chunks, gs = (t / pl.chunks) % pl.gslices,
+                  hk = (t / (pl.chunks * pl.gslices)) % Hkv, b = t / (pl.chunks * pl.gslices * Hkv);
+        const i64 i0 = c * pl.qc, nq = std::min(pl.qc, Tq - i0), g0 = gs * pl.gc,
+                  gn = std::min(pl.gc, G - g0);
         const i64 M = gn * nq;
         auto head = [&](i64 r) { return hk * G + g0 + r / nq; };
         auto query = [&](i64 r) { return i0 + r % nq; };
@@ -194,7 +196,8 @@ void general_attention(const AttentionProblem& p, AttentionBuffers& buffers, int
           const float row_lse = vanilla::softmax_row(s, n, p.sinks ? p.sinks + hq : nullptr);
           if (lse) lse[(b * Hq + hq) * Tq + i] = row_lse;
           if (weights)  // columns outside [lo, hi) are invisible: the zero-filled buffer is right
-            std::memcpy(weights + ((b * Hq + hq) * Tq + i) * Tk + lo, s, static_cast<std::size_t>(n) * sizeof(float));
+            std::memcpy(weights + ((b * Hq + hq) * Tq + i) * Tk + lo, s,
+                        static_cast<std::size_t>(n) * sizeof(float));
         }
 
         MatMap Om(w.O.data(), M, Dv);
@@ -223,7 +226,8 @@ void general_attention(const AttentionProblem& p, AttentionBuffers& buffers, int
           }
         }
         for (i64 r = 0; r < M; ++r)
-          vanilla::store_row(w.O.data() + r * Dv, Dv, dt, out + (((b * Tq + query(r)) * Hq + head(r)) * Dv) * out_es);
+          vanilla::store_row(w.O.data() + r * Dv, Dv, dt,
+                             out + (((b * Tq + query(r)) * Hq + head(r)) * Dv) * out_es);
       } catch (...) {
         errors.capture();
       }

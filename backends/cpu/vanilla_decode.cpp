@@ -146,8 +146,8 @@ void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
           vanilla::pv_block_skip_zeros(w.S.data() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2),
                                        p.v.stride(1), n, Dv, acc + hk * R * Dv, Dv);
         else
-          vanilla::pv_block(w.S.data() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2), p.v.stride(1), n,
-                            Dv, acc + hk * R * Dv, Dv);
+          vanilla::pv_block(w.S.data() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2), p.v.stride(1),
+                            n, Dv, acc + hk * R * Dv, Dv);
       }
   }
 }
@@ -218,7 +218,8 @@ void vanilla_decode(const AttentionProblem& p, AttentionBuffers& buffers, int th
     }
   } catch (const std::bad_alloc&) {
     throw Error(ErrorCode::out_of_memory, "vanilla cpu decode: cannot allocate the partial results (" +
-                                              std::to_string(rows * (p.Dv + 2) * 4) + " bytes) and per-thread scratch");
+                                              std::to_string(rows * (p.Dv + 2) * 4) +
+                                              " bytes) and per-thread scratch");
   }
   ParallelErrors errors;
 

@@ -237,8 +237,8 @@ inline void dot_key(const float* Q, i64 ldq, i64 R, const T* k, i64 D, float* s,
 // (masked, or underflowed) adds nothing even when it holds NaN or inf (0 x inf = NaN). The
 // portable path, and the guarded path taken when v holds non-finite values.
 template <class T>
-inline void pv_block_skip_zeros(const float* P, i64 ldp, i64 R, const T* V, i64 ldv, i64 n, i64 Dv, float* acc,
-                                i64 ldacc) {
+inline void pv_block_skip_zeros(const float* P, i64 ldp, i64 R, const T* V, i64 ldv, i64 n, i64 Dv,
+                                float* acc, i64 ldacc) {
   for (i64 r = 0; r < R; ++r) {
     float* a = acc + r * ldacc;
     for (i64 j = 0; j < n; ++j) {

@@ -83,7 +83,7 @@ class Registry {
  private:
   using EntryPtr = std::shared_ptr<const OperationEntry>;
   Attention make(const OperationEntry& e, const OperationMetadata& md, const Config* config) const;
-  EntryPtr find(std::string_view name) const;  // caller holds mu_
+  EntryPtr find(std::string_view name) const;    // caller holds mu_
   EntryPtr lookup(std::string_view name) const;  // takes mu_; throws unknown_operator
   std::shared_ptr<const Host> host_;
   mutable std::mutex mu_;

@@ -40,8 +40,9 @@ struct Inputs {
     write_npy(v_path, v);
   }
   std::vector<std::string> args(std::vector<std::string> extra = {}, const std::string& q_file = "") const {
-    std::vector<std::string> a{"run", "--op", "vanilla", "--q", q_file.empty() ? q_path : q_file, "--k", k_path,
-                               "--v", v_path, "--out",   out_path};
+    std::vector<std::string> a{"run",   "--op", "vanilla", "--q",  q_file.empty() ? q_path : q_file,
+                               "--k",   k_path, "--v",     v_path, "--out",
+                               out_path};
     a.insert(a.end(), extra.begin(), extra.end());
     return a;
   }
@@ -90,8 +91,9 @@ TEST(CliUnboundedReads, HeaderDeclaringMoreThanTheFileHolds) {
   Inputs in;
   // 2^40 elements declared, 16 bytes present: refused from the file size, nothing allocated.
   const std::string path = in.dir.file("huge.npy");
-  testing::write_file(path, testing::npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': "
-                                                  "(1, 1048576, 1, 1048576), }",
+  testing::write_file(path, testing::npy_image(1,
+                                               "{'descr': '<f4', 'fortran_order': False, 'shape': "
+                                               "(1, 1048576, 1, 1048576), }",
                                                std::string(16, '\0')));
   expect_error(run_cli(in.args({}, path)), "truncated");
 }
@@ -119,8 +121,8 @@ TEST(CliOutputs, AnErrorAfterReservingKeepsTheOldOutput) {
   // The outputs are reserved, then the inputs fail to validate (k's head_dim differs).
   const std::string bad_k = in.dir.file("bad_k.npy");
   write_npy(bad_k, random_tensor(DType::f32, {1, 16, 2, 4}, 9));
-  const CliResult r = run_cli({"run", "--op", "vanilla", "--q", in.q_path, "--k", bad_k, "--v", in.v_path, "--out",
-                               in.out_path, "--lse-out", in.dir.file("l.npy")});
+  const CliResult r = run_cli({"run", "--op", "vanilla", "--q", in.q_path, "--k", bad_k, "--v", in.v_path,
+                               "--out", in.out_path, "--lse-out", in.dir.file("l.npy")});
   expect_error(r, "k:");
   EXPECT_EQ(testing::read_file(in.out_path), "old content");
   EXPECT_THAT(in.others(), ::testing::UnorderedElementsAre("out.npy", "bad_k.npy"));
@@ -134,7 +136,8 @@ TEST(CliOutputs, SamePathTwiceIsAnError) {
 
 TEST(CliOutputs, SuccessWritesEveryOutputAndNoTemporary) {
   Inputs in;
-  const CliResult r = run_cli(in.args({"--lse-out", in.dir.file("l.npy"), "--weights-out", in.dir.file("w.npy")}));
+  const CliResult r =
+      run_cli(in.args({"--lse-out", in.dir.file("l.npy"), "--weights-out", in.dir.file("w.npy")}));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(in.others(), ::testing::UnorderedElementsAre("out.npy", "l.npy", "w.npy"));
   EXPECT_EQ(read_npy(in.out_path).shape(), (std::vector<std::int64_t>{1, 16, 2, 8}));
@@ -146,8 +149,9 @@ TEST(CliOutputs, SuccessWritesEveryOutputAndNoTemporary) {
 TEST(CliHeaders, NineteenDigitDimensionNamesTheFile) {
   Inputs in;
   const std::string path = in.dir.file("digits.npy");
-  testing::write_file(path, testing::npy_image(1, "{'descr': '<f4', 'fortran_order': False, 'shape': "
-                                                  "(18446744073709551617, 8, 4, 32), }",
+  testing::write_file(path, testing::npy_image(1,
+                                               "{'descr': '<f4', 'fortran_order': False, 'shape': "
+                                               "(18446744073709551617, 8, 4, 32), }",
                                                ""));
   const CliResult r = run_cli(in.args({}, path));
   expect_error(r, path);
@@ -158,8 +162,9 @@ TEST(CliHeaders, NineteenDigitDimensionNamesTheFile) {
 TEST(CliHeaders, ControlBytesAreEscaped) {
   Inputs in;
   const std::string path = in.dir.file("esc.npy");
-  testing::write_file(path, testing::npy_image(1, "{'descr': '\x1b[31mred', 'fortran_order': False, 'shape': (1,), }",
-                                               std::string(4, '\0')));
+  testing::write_file(
+      path, testing::npy_image(1, "{'descr': '\x1b[31mred', 'fortran_order': False, 'shape': (1,), }",
+                               std::string(4, '\0')));
   const CliResult r = run_cli(in.args({}, path));
   expect_error(r, "\\x1b[31mred");
   EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << "a raw ESC reached the terminal";
@@ -189,7 +194,8 @@ TEST(CliValues, AbsurdThreadCountsRun) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const Tensor out = read_npy(in.out_path);
     double worst = 0;
-    for (std::size_t i = 0; i < want.out.size(); ++i) worst = std::max(worst, std::abs(out.at(i) - want.out[i]));
+    for (std::size_t i = 0; i < want.out.size(); ++i)
+      worst = std::max(worst, std::abs(out.at(i) - want.out[i]));
     EXPECT_LE(worst, 2e-5) << n;
   }
 }

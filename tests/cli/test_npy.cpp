@@ -326,9 +326,9 @@ TEST(NpyHeaderNumbers, HugeDimensionsAreRejectedBeforeOverflowing) {
   for (const char* n : {"4611686018427387905", "9223372036854775807", "18446744073709551617",
                         "99999999999999999999999999999"}) {
     SCOPED_TRACE(n);
-    expect_io_error(npy_image(1, std::string("{'descr': '<f4', 'fortran_order': False, 'shape': (") + n + ", 2), }",
-                              ""),
-                    "dimension too large");
+    expect_io_error(
+        npy_image(1, std::string("{'descr': '<f4', 'fortran_order': False, 'shape': (") + n + ", 2), }", ""),
+        "dimension too large");
   }
 }
 

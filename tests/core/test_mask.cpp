@@ -88,10 +88,11 @@ TEST(Mask, RejectsBadParameters) {
 // Per-head masks built for different head counts cannot be combined: before, & of a 4-head and
 // a 2-head mask was accepted for Hq = 4 and heads 2-3 silently reused heads 0-1 (h % 2).
 TEST(MaskPerHead, MismatchedHeadCountsAreAnError) {
-  const Mask four = Mask::per_head({Mask::causal(), Mask::local(1, 0), Mask::full(), Mask::chunked_causal(2)});
+  const Mask four =
+      Mask::per_head({Mask::causal(), Mask::local(1, 0), Mask::full(), Mask::chunked_causal(2)});
   const Mask two = Mask::per_head({Mask::local(2, 2), Mask::causal()});
-  for (auto combine : {+[](const Mask& a, const Mask& b) { return a & b; },
-                       +[](const Mask& a, const Mask& b) { return a | b; }}) {
+  for (auto combine : {+[](const Mask&a, const Mask&b) { return a & b; },
+                       +[](const Mask&a, const Mask&b) { return a | b; }}) {
     try {
       combine(four, two);
       ADD_FAILURE() << "no error";

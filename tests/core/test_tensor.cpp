@@ -70,9 +70,12 @@ TEST(TensorSizes, ByteCountsThatOverflowAreErrors) {
   std::string what;
   EXPECT_EQ(code_of([] { Tensor(DType::f32, {std::int64_t{1} << 62}); }, &what), ErrorCode::invalid_argument);
   EXPECT_NE(what.find("[4611686018427387904] of f32"), std::string::npos) << what;
-  EXPECT_EQ(code_of([] { Tensor(DType::f32, {std::int64_t{1} << 32, std::int64_t{1} << 32, 2}); }),
+  EXPECT_EQ(code_of([] {
+              Tensor(DType::f32, {std::int64_t{1} << 32, std::int64_t{1} << 32, 2});
+            }),
             ErrorCode::invalid_argument);  // 2^65 elements
-  EXPECT_EQ(code_of([] { Tensor(DType::i64, {std::int64_t{1} << 45}); }), ErrorCode::invalid_argument);  // 2^48 B
+  EXPECT_EQ(code_of([] { Tensor(DType::i64, {std::int64_t{1} << 45}); }),
+            ErrorCode::invalid_argument);  // 2^48 B
   const Tensor ok(DType::f16, {3, 5});
   EXPECT_EQ(ok.nbytes(), 30u);
 }
@@ -81,7 +84,9 @@ TEST(TensorSizes, ViewsCheckTheirElementCountAndExtent) {
   const float x[4] = {};
   const std::int64_t big = std::int64_t{1} << 32;
   EXPECT_EQ(code_of([&] { TensorView(x, DType::f32, {big, big, big}); }), ErrorCode::invalid_argument);
-  EXPECT_EQ(code_of([&] { TensorView(x, DType::f32, {2, 2}, {std::int64_t{1} << 62, 1}); }),
+  EXPECT_EQ(code_of([&] {
+              TensorView(x, DType::f32, {2, 2}, {std::int64_t{1} << 62, 1});
+            }),
             ErrorCode::invalid_argument);  // the farthest element is 2^64 bytes away
   // Zero strides (a broadcast view) may claim a large shape: nothing is touched.
   const TensorView bcast(x, DType::f32, {1, 1, 1, std::int64_t{1} << 62}, {0, 0, 0, 0});
@@ -100,7 +105,8 @@ TEST(TensorSizes, HugeClaimedHeadDimIsATypedError) {
   // A view whose innermost stride is not 1 is copied by normalisation: a copy too large names
   // the argument (here k: 2^45 keys of a broadcast row; the output is small).
   const std::int64_t Tk = std::int64_t{1} << 45;
-  const TensorView k2(x, DType::f32, {1, Tk, 1, 4}, {0, 0, 0, 0}), v2(x, DType::f32, {1, Tk, 1, 1}, {0, 0, 0, 0});
+  const TensorView k2(x, DType::f32, {1, Tk, 1, 4}, {0, 0, 0, 0}),
+      v2(x, DType::f32, {1, Tk, 1, 1}, {0, 0, 0, 0});
   EXPECT_EQ(code_of([&] { make_problem(q, k2, v2, {}, {}); }, &what), ErrorCode::invalid_argument);
   EXPECT_EQ(what.rfind("k: tensor shape", 0), 0u) << what;
 }

@@ -58,10 +58,14 @@ struct PolicyCase {
 std::size_t out_at(const Case& c, std::int64_t i, std::int64_t h, std::int64_t d) {
   return static_cast<std::size_t>((i * c.Hq + h) * c.Dv + d);  // B = 1
 }
-std::size_t lse_at(const Case& c, std::int64_t i, std::int64_t h) { return static_cast<std::size_t>(h * c.Tq + i); }
+std::size_t lse_at(const Case& c, std::int64_t i, std::int64_t h) {
+  return static_cast<std::size_t>(h * c.Tq + i);
+}
 
 // Whether row (i, h) of a causal case sees key j (bottom-right aligned).
-bool sees(const Case& c, std::int64_t i, std::int64_t j) { return j <= i + c.Tk - c.Tq; }
+bool sees(const Case& c, std::int64_t i, std::int64_t j) {
+  return j <= i + c.Tk - c.Tq;
+}
 
 std::vector<PolicyCase> policy_cases() {
   std::vector<PolicyCase> cs;
@@ -69,7 +73,8 @@ std::vector<PolicyCase> policy_cases() {
   cs.push_back({"nan_in_one_q_row", false, false,
                 [](Case& c) {
                   const std::int64_t i = c.Tq - 1, h = 1;
-                  for (std::int64_t d = 0; d < c.D; ++d) c.q.set(static_cast<std::size_t>((i * c.Hq + h) * c.D + d), kNaN);
+                  for (std::int64_t d = 0; d < c.D; ++d)
+                    c.q.set(static_cast<std::size_t>((i * c.Hq + h) * c.D + d), kNaN);
                 },
                 [](const Case& c, const native::ReferenceResult& r) {
                   for (std::int64_t i = 0; i < c.Tq; ++i)
@@ -100,7 +105,8 @@ std::vector<PolicyCase> policy_cases() {
   // bias = -inf everywhere: a -inf bias is a mask, so every row is fully masked: 0 and -inf.
   cs.push_back({"bias_neg_inf_everywhere", true, false,
                 [](Case& c) {
-                  for (std::int64_t e = 0; e < c.bias->numel(); ++e) c.bias->set(static_cast<std::size_t>(e), -kInf);
+                  for (std::int64_t e = 0; e < c.bias->numel(); ++e)
+                    c.bias->set(static_cast<std::size_t>(e), -kInf);
                 },
                 [](const Case&, const native::ReferenceResult& r) {
                   for (double x : r.out) ASSERT_EQ(x, 0.0);
@@ -128,7 +134,8 @@ std::vector<PolicyCase> policy_cases() {
                     for (std::int64_t h = 0; h < c.Hq; ++h)
                       for (std::int64_t d = 0; d < c.Dv; ++d) {
                         const bool bad = h / G == 1 && sees(c, i, j) && d == 2;
-                        ASSERT_EQ(std::isnan(r.out[out_at(c, i, h, d)]), bad) << "i=" << i << " h=" << h << " d=" << d;
+                        ASSERT_EQ(std::isnan(r.out[out_at(c, i, h, d)]), bad)
+                            << "i=" << i << " h=" << h << " d=" << d;
                       }
                   for (double x : r.lse) ASSERT_TRUE(std::isfinite(x));
                 }});
@@ -178,8 +185,7 @@ std::vector<PolicyCase> policy_cases() {
                       ASSERT_EQ(std::isnan(r.out[out_at(c, i, h, 0)]), i == c.Tq - 1 && h == 0);
                 }});
   // A NaN sink: that head's outputs are NaN; lse (which excludes the sink) stays finite.
-  cs.push_back({"sink_nan_one_head", false, true,
-                [](Case& c) { c.sinks->set(2, kNaN); },
+  cs.push_back({"sink_nan_one_head", false, true, [](Case& c) { c.sinks->set(2, kNaN); },
                 [](const Case& c, const native::ReferenceResult& r) {
                   for (std::int64_t i = 0; i < c.Tq; ++i)
                     for (std::int64_t h = 0; h < c.Hq; ++h) {
@@ -223,8 +229,8 @@ std::vector<double> as_doubles(const Tensor& t) {
 }
 
 // got agrees with want: same class everywhere, finite values within tol.
-::testing::AssertionResult agrees(const char* what, const std::vector<double>& got, const std::vector<double>& want,
-                                  double tol) {
+::testing::AssertionResult agrees(const char* what, const std::vector<double>& got,
+                                  const std::vector<double>& want, double tol) {
   if (got.size() != want.size()) return ::testing::AssertionFailure() << what << ": size differs";
   for (std::size_t i = 0; i < got.size(); ++i) {
     const Cls g = classify(got[i]), w = classify(want[i]);
@@ -284,8 +290,8 @@ TEST_P(NonFinitePolicy, AgreesWithTheOracle) {
         EXPECT_TRUE(agrees("lse", lse, want.lse, tol.lse));
         // The policy table of the report: one line per operator x backend x case.
         if (dt == DType::f32)
-          std::cout << "[policy] " << op << " | " << backend_name(backend) << " | " << label << " | out: "
-                    << census(out) << " | lse: " << census(lse) << "\n";
+          std::cout << "[policy] " << op << " | " << backend_name(backend) << " | " << label
+                    << " | out: " << census(out) << " | lse: " << census(lse) << "\n";
       }
 }
 
@@ -293,7 +299,8 @@ INSTANTIATE_TEST_SUITE_P(OperatorsXBackends, NonFinitePolicy,
                          ::testing::Combine(::testing::Values("vanilla", "blocksparse", "flash_attn2"),
                                             ::testing::Values(Backend::native, Backend::cpu, Backend::gpu)),
                          [](const auto& info) {
-                           return std::get<0>(info.param) + "_" + std::string(backend_name(std::get<1>(info.param)));
+                           return std::get<0>(info.param) + "_" +
+                                  std::string(backend_name(std::get<1>(info.param)));
                          });
 
 }  // namespace

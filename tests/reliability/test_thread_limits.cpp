@@ -58,8 +58,9 @@ TEST(ThreadLimits, EveryCpuKernelRunsWithAbsurdCounts) {
         CaseSpec s;
         s.Tq = Tq, s.Tk = 256, s.Hq = 4, s.Hkv = 2, s.D = 16;
         const Case c = make_case(s, 5);
-        const Config cfg = parse_config("backend: cpu\nnum_threads: " + std::to_string(n) + "\noperators: {" + op +
-                                        ": {fallbacks: {decode: false, non_causal: false, seq_multiple: false}}}\n");
+        const Config cfg =
+            parse_config("backend: cpu\nnum_threads: " + std::to_string(n) + "\noperators: {" + op +
+                         ": {fallbacks: {decode: false, non_causal: false, seq_multiple: false}}}\n");
         const AttentionOutput out = registry().get(op, cfg)(c.q, c.k, c.v, c.options);
         EXPECT_EQ(out.decision.backend, Backend::cpu);
         EXPECT_EQ(out.decision.op, op);

@@ -34,8 +34,9 @@ TEST(VanillaWorkingSet, PlanStaysWithinTheCapOrOneRow) {
   struct Shape {
     std::int64_t Tq, Hq, Tk, Hkv, D;
   };
-  for (const Shape& s : {Shape{8, 512, 1 << 20, 1, 1}, Shape{8, 8, 1 << 22, 1, 1}, Shape{300, 64, 65536, 2, 128},
-                         Shape{5, 4, 1 << 24, 4, 1}, Shape{2048, 16, 2048, 16, 128}, Shape{16, 32, 8, 1, 1 << 20}})
+  for (const Shape& s :
+       {Shape{8, 512, 1 << 20, 1, 1}, Shape{8, 8, 1 << 22, 1, 1}, Shape{300, 64, 65536, 2, 128},
+        Shape{5, 4, 1 << 24, 4, 1}, Shape{2048, 16, 2048, 16, 128}, Shape{16, 32, 8, 1, 1 << 20}})
     for (DType dt : {DType::f32, DType::bf16})
       for (int threads : {1, 2, 16}) {
         const AttentionProblem p = broadcast_problem(s.Tq, s.Hq, s.Tk, s.Hkv, s.D, dt);
@@ -43,9 +44,11 @@ TEST(VanillaWorkingSet, PlanStaysWithinTheCapOrOneRow) {
         // Scores, queries and outputs: the cap, or one row when that is larger; plus, for f16 /
         // bf16, the K/V conversion buffer of at most 256 rows, itself within the cap.
         const std::int64_t one_row = (p.Tk + p.D + p.Dv) * 4;
-        const std::int64_t convert = dt == DType::f32 ? 0 : std::min(kCapBytes, 256 * std::max(p.D, p.Dv) * 4);
-        SCOPED_TRACE("Tq=" + std::to_string(s.Tq) + " Hq=" + std::to_string(s.Hq) + " Tk=" + std::to_string(s.Tk) +
-                     " D=" + std::to_string(s.D) + " threads=" + std::to_string(threads));
+        const std::int64_t convert =
+            dt == DType::f32 ? 0 : std::min(kCapBytes, 256 * std::max(p.D, p.Dv) * 4);
+        SCOPED_TRACE("Tq=" + std::to_string(s.Tq) + " Hq=" + std::to_string(s.Hq) +
+                     " Tk=" + std::to_string(s.Tk) + " D=" + std::to_string(s.D) +
+                     " threads=" + std::to_string(threads));
         EXPECT_LE(pl.scratch_floats * 4, std::max(kCapBytes, one_row) + convert);
         // Every (batch, kv head, q head, query) is covered exactly once by the tasks.
         EXPECT_EQ(pl.chunks * pl.qc >= p.Tq && (pl.chunks - 1) * pl.qc < p.Tq, true);
@@ -65,7 +68,8 @@ long peak_rss_kib() {
 TEST(VanillaWorkingSet, GqaGroupTimesKeysNoLongerMaterialised) {
   const std::int64_t Tq = 5, Hq = 512, Tk = std::int64_t{1} << 18;  // Tq > 4: the GEMM path
   Tensor q(DType::f32, {1, Tq, Hq, 1}), k(DType::f32, {1, Tk, 1, 1}), v(DType::f32, {1, Tk, 1, 1});
-  for (std::int64_t i = 0; i < q.numel(); ++i) q.set(static_cast<std::size_t>(i), 0.001f * static_cast<float>(i % 7));
+  for (std::int64_t i = 0; i < q.numel(); ++i)
+    q.set(static_cast<std::size_t>(i), 0.001f * static_cast<float>(i % 7));
   for (std::int64_t i = 0; i < Tk; ++i) {
     k.set(static_cast<std::size_t>(i), static_cast<float>(i % 13) / 13.f);
     v.set(static_cast<std::size_t>(i), static_cast<float>(i % 5));
@@ -105,7 +109,8 @@ long vm_size_bytes() {
 TEST(TypedAllocationErrors, VanillaScratchBeyondTheAddressSpaceLimit) {
   if (kSanitized) GTEST_SKIP() << "sanitizers reserve address space; RLIMIT_AS cannot be lowered under them";
   const AttentionProblem warm = broadcast_problem(5, 2, 64, 1, 4);
-  registry().get("vanilla", OperationMetadata{})(warm.q, warm.k, warm.v, {.causal = false});  // threads started
+  registry().get("vanilla", OperationMetadata{})(warm.q, warm.k, warm.v,
+                                                 {.causal = false});  // threads started
   const AttentionProblem p = broadcast_problem(5, 1, std::int64_t{1} << 25, 1, 1);
   rlimit old{};
   ASSERT_EQ(getrlimit(RLIMIT_AS, &old), 0);
