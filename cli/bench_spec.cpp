@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "attnops/config.h"
 #include "attnops/decision.h"
 #include "attnops/error.h"
 #include "cli/settings.h"
@@ -153,7 +154,7 @@ BenchSpec bench_spec_from(const YAML::Node& root, const std::string& path) {
             "unknown key (expected ops, backends, shapes, dtypes, causal, passes, repeats, sgemm)");
       }
     } catch (const YAML::Exception& e) {
-      bad(path, v, key, std::string("wrong type (") + e.what() + ")");
+      bad(path, v, key, std::string("wrong type (") + printable(e.what(), 200) + ")");
     } catch (const Error& e) {
       if (e.code() == ErrorCode::config_error) throw;
       bad(path, v, key, e.what());
@@ -165,15 +166,8 @@ BenchSpec bench_spec_from(const YAML::Node& root, const std::string& path) {
 }  // namespace
 
 BenchSpec load_bench_file(const std::string& path) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    throw Error(ErrorCode::io_error, "bench file '" + path + "': cannot open");
-  } catch (const YAML::Exception& e) {
-    throw Error(ErrorCode::config_error, "bench file '" + path + "': " + printable(e.what()));
-  }
-  return bench_spec_from(root, path);
+  // Bounded (at most kMaxConfigBytes), then parsed as text.
+  return parse_bench_text(read_yaml_file(path, "bench file"), path);
 }
 
 BenchSpec parse_bench_text(std::string_view yaml_text, const std::string& source) {

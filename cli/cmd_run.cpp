@@ -18,6 +18,7 @@
 #include "attnops/attnops.h"
 #include "cli/commands.h"
 #include "cli/npy.h"
+#include "cli/output_set.h"
 #include "cli/run_backward.h"
 #include "cli/settings.h"
 
@@ -53,6 +54,15 @@ int run(const RunArgs& a) {
   apply_overrides(config, o);
   const Attention attn = registry().get(a.op, config);
 
+  // Every output is reserved before any work (a bad path fails now) and appears only when all
+  // were written (output_set.h): a failure leaves no file behind.
+  OutputSet outs;
+  const int out_file = outs.add(a.out, "--out");
+  const int lse_file = a.lse_out.empty() ? -1 : outs.add(a.lse_out, "--lse-out");
+  const int weights_file = a.weights_out.empty() ? -1 : outs.add(a.weights_out, "--weights-out");
+  const std::vector<int> grad_files = reserve_gradient_outputs(a.backward, outs);
+
+  // Inputs are read straight into the tensors the kernels read (read_npy: no copies).
   const Tensor q = read_npy(a.q), k = read_npy(a.k), v = read_npy(a.v);
   AttentionOptions opts;
   opts.causal = !a.no_causal;
@@ -65,28 +75,28 @@ int run(const RunArgs& a) {
   if (!a.bias.empty()) opts.bias = (bias = read_npy(a.bias))->view();
   if (!a.seg_q.empty()) opts.segment_ids_q = (seg_q = read_npy(a.seg_q))->view();
   if (!a.seg_kv.empty()) opts.segment_ids_kv = (seg_kv = read_npy(a.seg_kv))->view();
-  opts.return_lse = !a.lse_out.empty() || a.backward.requested();  // the backward needs the lse
-  opts.return_weights = !a.weights_out.empty();
+  opts.return_lse = lse_file >= 0 || a.backward.requested();  // the backward needs the lse
+  opts.return_weights = weights_file >= 0;
   opts.profile = a.profile;
 
   const AttentionOutput r = attn(q, k, v, opts);
   std::optional<GradientFiles> grads;  // computed before anything is written
   if (a.backward.requested()) grads = run_backward(attn, q, k, v, r, opts, a.backward);
 
-  // The output keeps the input's float dtype unless --dtype says otherwise; .npy has no bf16.
-  DType out_dtype = q.dtype() == DType::f16 ? DType::f16 : DType::f32;
-  if (o.runtime_dtype) out_dtype = *o.runtime_dtype == DType::bf16 ? DType::f32 : *o.runtime_dtype;
-  write_npy(a.out, Tensor::copy_of(r.attention_outputs, out_dtype));
-  if (!a.lse_out.empty()) {
+  // The output keeps the runtime dtype (q's unless --dtype says otherwise); .npy has no bf16, so
+  // bf16 is written as f32. Written straight from the result.
+  write_npy(outs.fd(out_file), outs.name(out_file), r.attention_outputs);
+  if (lse_file >= 0) {
     if (!r.lse) throw Error(ErrorCode::internal, "the operator returned no lse although it was asked for");
-    write_npy(a.lse_out, *r.lse);
+    write_npy(outs.fd(lse_file), outs.name(lse_file), *r.lse);
   }
   if (opts.return_weights) {
     if (!r.attention_weights)
       throw Error(ErrorCode::internal, "the operator returned no weights although they were asked for");
-    write_npy(a.weights_out, *r.attention_weights);
+    write_npy(outs.fd(weights_file), outs.name(weights_file), *r.attention_weights);
   }
-  if (grads) write_gradients(*grads);
+  if (grads) write_gradients(*grads, outs, grad_files);
+  outs.commit();
   if (a.explain) {
     std::cerr << r.decision.to_json() << std::endl;
     if (grads) std::cerr << grads->decision.to_json() << std::endl;

@@ -77,8 +77,25 @@ GradientFiles run_backward(const Attention& attn, const TensorView& q, const Ten
   return r;
 }
 
-void write_gradients(const GradientFiles& g) {
-  for (const auto& [path, t] : g.files) write_npy(path, t);
+std::vector<int> reserve_gradient_outputs(const BackwardArgs& a, OutputSet& outs) {
+  const std::pair<const char*, const std::string*> grads[] = {{"--dq-out", &a.dq_out},
+                                                              {"--dk-out", &a.dk_out},
+                                                              {"--dv-out", &a.dv_out},
+                                                              {"--dsinks-out", &a.dsinks_out},
+                                                              {"--dbias-out", &a.dbias_out}};
+  std::vector<int> files;
+  if (!a.requested()) return files;
+  for (const auto& [flag, path] : grads)
+    if (!path->empty()) files.push_back(outs.add(*path, flag));
+  return files;
+}
+
+void write_gradients(const GradientFiles& g, OutputSet& outs, const std::vector<int>& files) {
+  if (files.size() != g.files.size())
+    throw Error(ErrorCode::internal, "the backward produced " + std::to_string(g.files.size()) +
+                                         " gradients for " + std::to_string(files.size()) + " outputs");
+  for (std::size_t i = 0; i < files.size(); ++i)
+    write_npy(outs.fd(files[i]), outs.name(files[i]), g.files[i].second);
 }
 
 }  // namespace attnops::cli

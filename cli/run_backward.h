@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "cli/output_set.h"
 
 namespace attnops::cli {
 
@@ -41,6 +42,10 @@ GradientFiles run_backward(const Attention& attn, const TensorView& q, const Ten
                            const TensorView& v, const AttentionOutput& forward,
                            const AttentionOptions& options, const BackwardArgs& a);
 
-void write_gradients(const GradientFiles& g);
+// Reserves the gradient outputs asked for in `outs` (before any work, as the forward's outputs
+// are), in the order run_backward fills GradientFiles::files. Returns their indices in `outs`.
+std::vector<int> reserve_gradient_outputs(const BackwardArgs& a, OutputSet& outs);
+// Writes each gradient into its reserved output; `outs.commit()` then makes them appear.
+void write_gradients(const GradientFiles& g, OutputSet& outs, const std::vector<int>& files);
 
 }  // namespace attnops::cli

@@ -519,20 +519,32 @@ Config parse_config(std::string_view yaml_text, const std::string& source) {
   return c;
 }
 
-Config load_config(const std::string& path) {
+std::string read_yaml_file(const std::string& path, const std::string& what) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    throw Error(ErrorCode::io_error, "cannot read config file '" + path + "': it is a directory");
+    throw Error(ErrorCode::io_error, "cannot read " + what + " '" + path + "': it is a directory");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw Error(ErrorCode::io_error,
-                "cannot open config file '" + path + "': " + std::generic_category().message(errno));
+                "cannot open " + what + " '" + path + "': " + std::generic_category().message(errno));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error(ErrorCode::io_error, "cannot read config file '" + path + "'");
-  return parse_config(text.str(), path);
+  // At most kMaxConfigBytes + 1 bytes are read: /dev/zero or a runaway file is refused after a
+  // bounded read, and yaml-cpp (which needs ~140 bytes of memory per byte of a file of many
+  // keys) never sees more than the cap.
+  std::string text(static_cast<std::size_t>(kMaxConfigBytes) + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw Error(ErrorCode::io_error, "cannot read " + what + " '" + path + "'");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > static_cast<std::size_t>(kMaxConfigBytes))
+    throw Error(ErrorCode::config_error, path + ": a " + what + " holds at most " +
+                                             std::to_string(kMaxConfigBytes) +
+                                             " bytes (256 KiB); this one is larger");
+  return text;
+}
+
+Config load_config(const std::string& path) {
+  return parse_config(read_yaml_file(path, "config file"), path);
 }
 
 OperationMetadata Config::metadata_for(const std::string& canonical, const std::vector<std::string>& aliases,

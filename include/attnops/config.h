@@ -69,6 +69,14 @@ struct Config {
                                  const OperationMetadata& defaults) const;
 };
 
+// The largest YAML file attnops reads (256 KiB; configs are a few hundred bytes): a larger file,
+// or an endless stream such as /dev/zero, is an Error(config_error) after a bounded read.
+inline constexpr std::int64_t kMaxConfigBytes = std::int64_t{256} << 10;
+
+// The text of a YAML file (`what`: "config file", "bench file"), at most kMaxConfigBytes;
+// Error(io_error) when it cannot be read, Error(config_error) when it is larger.
+std::string read_yaml_file(const std::string& path, const std::string& what);
+
 Config load_config(const std::string& path);                                     // throws Error
 Config parse_config(std::string_view yaml_text, const std::string& source = "<string>");
 

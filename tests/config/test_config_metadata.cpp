@@ -185,7 +185,7 @@ TEST(ConfigMetadata, DefaultYamlMatchesTheRegisteredOperators) {
   ASSERT_FALSE(names.empty());
   for (const std::string& name : names) {
     SCOPED_TRACE(name);
-    const OperationEntry& e = r.entry(name);
+    const OperationEntry e = r.entry(name);
     EXPECT_EQ(c.metadata_for(e.name, e.aliases, e.defaults), e.defaults);
   }
   ASSERT_TRUE(c.attn_mechanism);

@@ -489,9 +489,9 @@ TEST_F(Routing, ConcurrentCallsShareOneHandle) {
 TEST(RoutingDefaults, BuiltinRegistryHasTheThreeOperators) {
   EXPECT_EQ(registry().list(), (std::vector<std::string>{"blocksparse", "flash_attn2", "vanilla"}));
   EXPECT_EQ(registry().canonical("splash"), "blocksparse");
-  const auto& bs = registry().entry("blocksparse").defaults.fallbacks;
+  const FallbackPolicy bs = registry().entry("blocksparse").defaults.fallbacks;
   EXPECT_TRUE(bs.decode && bs.non_causal && bs.seq_multiple);
-  const auto& fl = registry().entry("flash_attn2").defaults.fallbacks;
+  const FallbackPolicy fl = registry().entry("flash_attn2").defaults.fallbacks;
   EXPECT_TRUE(fl.decode);
   EXPECT_FALSE(fl.non_causal || fl.seq_multiple);
   EXPECT_EQ(registry().entry("vanilla").defaults.fallbacks, FallbackPolicy{});

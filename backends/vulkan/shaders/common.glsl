@@ -203,7 +203,8 @@ float logit(float dot, int b, int h, int i, int j) {
   float s = dot * pc.scale;
   // tanh is clamped: tanh(15) rounds to 1 in fp32, and some tanh implementations compute
   // (e^x - e^-x) / (e^x + e^-x), which is inf / inf = NaN for large |x|.
-  if (has(FLAG_SOFT_CAP)) s = pc.soft_cap * tanh(clamp(s / pc.soft_cap, -15.0, 15.0));
+  // A NaN logit must stay NaN (the non-finite policy); clamp may turn it into a bound.
+  if (has(FLAG_SOFT_CAP) && !isnan(s)) s = pc.soft_cap * tanh(clamp(s / pc.soft_cap, -15.0, 15.0));
   if (has(FLAG_BIAS)) s += bias_f32[uint(b) * pc.bias_stride_b + uint(h) * pc.bias_stride_h + uint(i * pc.Tk + j)];
   return s;
 }
@@ -232,6 +233,11 @@ vec4 dot_qk4(uvec4 kb) {
   return sum;
 }
 
+// Keys of weight 0 (masked, or past the tile's end) add nothing, even when their v holds NaN or
+// inf: their term is selected away, not multiplied (0 x inf = NaN).
+vec4 weighted(float w, vec4 x) { return w != 0.0 ? w * x : vec4(0.0); }
+vec2 weighted(float w, vec2 x) { return w != 0.0 ? w * x : vec2(0.0); }
+
 void add_weighted_v4(vec4 p, uvec4 vb) {
   const uvec4 base = vb / uint(VEC_ELEMS);
   for (int d = 0; d < HEAD_DV; d += VEC_ELEMS) {
@@ -239,16 +245,17 @@ void add_weighted_v4(vec4 p, uvec4 vb) {
     const uvec4 x0 = v_vec[base.x + o], x1 = v_vec[base.y + o], x2 = v_vec[base.z + o], x3 = v_vec[base.w + o];
     if (DTYPE == 0u) {
       vec4 a = vec4(acc[d], acc[d + 1], acc[d + 2], acc[d + 3]);
-      a += p.x * uintBitsToFloat(x0) + p.y * uintBitsToFloat(x1) + p.z * uintBitsToFloat(x2) +
-           p.w * uintBitsToFloat(x3);
+      a += weighted(p.x, uintBitsToFloat(x0)) + weighted(p.y, uintBitsToFloat(x1)) +
+           weighted(p.z, uintBitsToFloat(x2)) + weighted(p.w, uintBitsToFloat(x3));
       acc[d] = a.x;
       acc[d + 1] = a.y;
       acc[d + 2] = a.z;
       acc[d + 3] = a.w;
     } else {
       for (int c = 0; c < 4; ++c) {
-        const vec2 a = vec2(acc[d + 2 * c], acc[d + 2 * c + 1]) + p.x * unpack_pair(x0[c]) +
-                       p.y * unpack_pair(x1[c]) + p.z * unpack_pair(x2[c]) + p.w * unpack_pair(x3[c]);
+        const vec2 a = vec2(acc[d + 2 * c], acc[d + 2 * c + 1]) + weighted(p.x, unpack_pair(x0[c])) +
+                       weighted(p.y, unpack_pair(x1[c])) + weighted(p.z, unpack_pair(x2[c])) +
+                       weighted(p.w, unpack_pair(x3[c]));
         acc[d + 2 * c] = a.x;
         acc[d + 2 * c + 1] = a.y;
       }

@@ -70,7 +70,9 @@ void main() {
       }
     }
   }
-  if (!any || !(l > 0.0)) {  // fully masked row: weights 0, out 0, lse -inf
+  // Fully masked row (every key masked or of logit -inf): weights 0, out 0, lse -inf. A NaN l
+  // (a NaN or +inf logit) runs on and makes the row NaN, as the non-finite policy says.
+  if (!any || l == 0.0) {
     for (uint e = e0; e < e1; ++e) {
       const int j0 = int(entries[e] >> 1) * BK;
       const int nj = min(BK, pc.Tk - j0);
