@@ -75,7 +75,8 @@ const uint FLAG_SEGMENTS = 4u;
 const uint FLAG_BIAS = 8u;
 const uint FLAG_SINKS = 16u;
 const uint FLAG_SOFT_CAP = 64u;
-const uint FLAG_VEC = 128u;  // D and Dv are multiples of VEC_ELEMS: rows are whole 16-byte vectors
+const uint FLAG_VEC = 128u;  // D and Dv are multiples of VEC_ELEMS: rows are whole 16-byte vectors,
+                             // processed four at a time
 
 bool has(uint f) { return (pc.flags & f) != 0u; }
 
@@ -104,47 +105,64 @@ vec2 unpack_pair(uint w) {
     for (int d = 0; d < N; ++d) ARR[d] = LOAD(base + uint(d)); \
   }
 
-// Row operations between a private array ARR and the row of N elements at element `base` of
-// the packed buffer VEC (the row streamed past it): dot_SUFFIX = ARR . row, axpy_SUFFIX: ARR +=
-// w * row. With FLAG_VEC, base is a multiple of VEC_ELEMS and the row is read 16 bytes at a time.
-#define DEFINE_ROW_OPS(SUFFIX, ARR, VEC, N, LOAD)                                                  \
-  float dot_##SUFFIX(uint base) {                                                                  \
-    float sum = 0.0;                                                                               \
-    if (has(FLAG_VEC)) {                                                                           \
-      for (int d = 0; d < N; d += VEC_ELEMS) {                                                     \
-        const uvec4 w = VEC[(base + uint(d)) / uint(VEC_ELEMS)];                                   \
-        if (DTYPE == 0u) {                                                                         \
-          sum += dot(vec4(ARR[d], ARR[d + 1], ARR[d + 2], ARR[d + 3]), uintBitsToFloat(w));        \
-        } else {                                                                                   \
-          for (int c = 0; c < 4; ++c) sum += dot(vec2(ARR[d + 2 * c], ARR[d + 2 * c + 1]), unpack_pair(w[c])); \
-        }                                                                                          \
-      }                                                                                            \
-    } else {                                                                                       \
-      for (int d = 0; d < N; ++d) sum += ARR[d] * LOAD(base + uint(d));                            \
-    }                                                                                              \
-    return sum;                                                                                    \
-  }                                                                                                \
-  void axpy_##SUFFIX(float w, uint base) {                                                         \
-    if (has(FLAG_VEC)) {                                                                           \
-      for (int d = 0; d < N; d += VEC_ELEMS) {                                                     \
-        const uvec4 x = VEC[(base + uint(d)) / uint(VEC_ELEMS)];                                   \
-        if (DTYPE == 0u) {                                                                         \
-          const vec4 y = uintBitsToFloat(x);                                                       \
-          ARR[d] += w * y.x;                                                                       \
-          ARR[d + 1] += w * y.y;                                                                   \
-          ARR[d + 2] += w * y.z;                                                                   \
-          ARR[d + 3] += w * y.w;                                                                   \
-        } else {                                                                                   \
-          for (int c = 0; c < 4; ++c) {                                                            \
-            const vec2 y = unpack_pair(x[c]);                                                      \
-            ARR[d + 2 * c] += w * y.x;                                                             \
-            ARR[d + 2 * c + 1] += w * y.y;                                                         \
-          }                                                                                        \
-        }                                                                                          \
-      }                                                                                            \
-    } else {                                                                                       \
-      for (int d = 0; d < N; ++d) ARR[d] += w * LOAD(base + uint(d));                              \
-    }                                                                                              \
+// Row operations between a private array ARR and rows of N elements of the packed buffer VEC
+// (streamed past it), at element offsets `base`:
+//   dot_SUFFIX(base) = ARR . row             axpy_SUFFIX(w, base): ARR += w * row
+//   dot4_SUFFIX(bases) = ARR . row_c, c < 4  axpy4_SUFFIX(w, bases): ARR += sum_c w[c] * row_c
+// The four-row forms need FLAG_VEC (every base a multiple of VEC_ELEMS, rows read 16 bytes at a
+// time) and read each element of ARR once per four rows instead of once per row (private arrays
+// live in memory on most implementations), as the forward's dot_qk4 / add_weighted_v4.
+#define DEFINE_ROW_OPS(SUFFIX, ARR, VEC, N, LOAD)                                                    \
+  float dot_##SUFFIX(uint base) {                                                                    \
+    float sum = 0.0;                                                                                 \
+    for (int d = 0; d < N; ++d) sum += ARR[d] * LOAD(base + uint(d));                                \
+    return sum;                                                                                      \
+  }                                                                                                  \
+  void axpy_##SUFFIX(float w, uint base) {                                                           \
+    for (int d = 0; d < N; ++d) ARR[d] += w * LOAD(base + uint(d));                                  \
+  }                                                                                                  \
+  vec4 dot4_##SUFFIX(uvec4 bases) {                                                                  \
+    vec4 sum = vec4(0.0);                                                                            \
+    const uvec4 at = bases / uint(VEC_ELEMS);                                                        \
+    for (int d = 0; d < N; d += VEC_ELEMS) {                                                         \
+      const uint o = uint(d / VEC_ELEMS);                                                            \
+      const uvec4 w0 = VEC[at.x + o], w1 = VEC[at.y + o], w2 = VEC[at.z + o], w3 = VEC[at.w + o];    \
+      if (DTYPE == 0u) {                                                                             \
+        const vec4 a = vec4(ARR[d], ARR[d + 1], ARR[d + 2], ARR[d + 3]);                             \
+        sum += vec4(dot(a, uintBitsToFloat(w0)), dot(a, uintBitsToFloat(w1)), dot(a, uintBitsToFloat(w2)), \
+                    dot(a, uintBitsToFloat(w3)));                                                    \
+      } else {                                                                                       \
+        for (int c = 0; c < 4; ++c) {                                                                \
+          const vec2 a = vec2(ARR[d + 2 * c], ARR[d + 2 * c + 1]);                                   \
+          sum += vec4(dot(a, unpack_pair(w0[c])), dot(a, unpack_pair(w1[c])), dot(a, unpack_pair(w2[c])), \
+                      dot(a, unpack_pair(w3[c])));                                                   \
+        }                                                                                            \
+      }                                                                                              \
+    }                                                                                                \
+    return sum;                                                                                      \
+  }                                                                                                  \
+  void axpy4_##SUFFIX(vec4 w, uvec4 bases) {                                                         \
+    const uvec4 at = bases / uint(VEC_ELEMS);                                                        \
+    for (int d = 0; d < N; d += VEC_ELEMS) {                                                         \
+      const uint o = uint(d / VEC_ELEMS);                                                            \
+      const uvec4 x0 = VEC[at.x + o], x1 = VEC[at.y + o], x2 = VEC[at.z + o], x3 = VEC[at.w + o];    \
+      if (DTYPE == 0u) {                                                                             \
+        vec4 a = vec4(ARR[d], ARR[d + 1], ARR[d + 2], ARR[d + 3]);                                   \
+        a += w.x * uintBitsToFloat(x0) + w.y * uintBitsToFloat(x1) + w.z * uintBitsToFloat(x2) +     \
+             w.w * uintBitsToFloat(x3);                                                              \
+        ARR[d] = a.x;                                                                                \
+        ARR[d + 1] = a.y;                                                                            \
+        ARR[d + 2] = a.z;                                                                            \
+        ARR[d + 3] = a.w;                                                                            \
+      } else {                                                                                       \
+        for (int c = 0; c < 4; ++c) {                                                                \
+          const vec2 a = vec2(ARR[d + 2 * c], ARR[d + 2 * c + 1]) + w.x * unpack_pair(x0[c]) +       \
+                         w.y * unpack_pair(x1[c]) + w.z * unpack_pair(x2[c]) + w.w * unpack_pair(x3[c]); \
+          ARR[d + 2 * c] = a.x;                                                                      \
+          ARR[d + 2 * c + 1] = a.y;                                                                  \
+        }                                                                                            \
+      }                                                                                              \
+    }                                                                                                \
   }
 
 DEFINE_LOAD(load_q, q_vec)

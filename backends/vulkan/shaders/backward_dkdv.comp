@@ -79,22 +79,50 @@ void main() {
           const int i0 = int(map_entries[e].x >> 1) * TILE;
           const int nr = min(TILE, pc.Tq - i0);
           uint vis = column_visibility(e, i0, nr, j, c, b, seg_j);
-          while (vis != 0u) {
-            const int r = findLSB(vis);
-            vis &= vis - 1u;
-            const int i = i0 + r;
-            const uint st = stat_index(b, h, i);
-            const float lz = stats[st];
-            if (lz == POS_INF) continue;  // a fully masked row: nothing
-            const uint qbase = q_row(b, i, h), gbase = g_row(b, i, h);
-            float th;
-            const float x = logit(dot_k(qbase), b, h, i, j, th);
-            const float p = exp(x - lz);
-            float ds = p * (dot_v(gbase) - stats[doff + st]);
-            if (has(FLAG_BIAS)) dbias_f32[dbias_head + uint(i * pc.Tk + j)] += ds;
-            if (has(FLAG_SOFT_CAP)) ds *= 1.0 - th * th;
-            axpy_dv(p, gbase);
-            axpy_dk(ds, qbase);
+          if (has(FLAG_VEC)) {
+            // Four rows at a time (as the dq pass's keys).
+            for (int r0 = 0; r0 < nr; r0 += 4) {
+              const uint g = (vis >> uint(r0)) & 15u;
+              if (g == 0u) continue;
+              const ivec4 i4 = i0 + min(ivec4(r0, r0 + 1, r0 + 2, r0 + 3), ivec4(nr - 1));
+              const uvec4 qb = uvec4(((b * pc.Tq + i4) * pc.Hq + h) * pc.D);
+              const uvec4 gb = uvec4(((b * pc.Tq + i4) * pc.Hq + h) * pc.Dv);
+              const vec4 dots = dot4_k(qb), dp = dot4_v(gb);
+              vec4 p = vec4(0.0), ds = vec4(0.0);
+              for (int t = 0; t < 4; ++t) {
+                if (((g >> uint(t)) & 1u) == 0u) continue;
+                const int i = i0 + r0 + t;
+                const uint st = stat_index(b, h, i);
+                const float lz = stats[st];
+                if (lz == POS_INF) continue;  // a fully masked row: nothing
+                float th;
+                const float x = logit(dots[t], b, h, i, j, th);
+                p[t] = exp(x - lz);
+                ds[t] = p[t] * (dp[t] - stats[doff + st]);
+                if (has(FLAG_BIAS)) dbias_f32[dbias_head + uint(i * pc.Tk + j)] += ds[t];
+                if (has(FLAG_SOFT_CAP)) ds[t] *= 1.0 - th * th;
+              }
+              axpy4_dv(p, gb);
+              axpy4_dk(ds, qb);
+            }
+          } else {
+            while (vis != 0u) {
+              const int r = findLSB(vis);
+              vis &= vis - 1u;
+              const int i = i0 + r;
+              const uint st = stat_index(b, h, i);
+              const float lz = stats[st];
+              if (lz == POS_INF) continue;  // a fully masked row: nothing
+              const uint qbase = q_row(b, i, h), gbase = g_row(b, i, h);
+              float th;
+              const float x = logit(dot_k(qbase), b, h, i, j, th);
+              const float p = exp(x - lz);
+              float ds = p * (dot_v(gbase) - stats[doff + st]);
+              if (has(FLAG_BIAS)) dbias_f32[dbias_head + uint(i * pc.Tk + j)] += ds;
+              if (has(FLAG_SOFT_CAP)) ds *= 1.0 - th * th;
+              axpy_dv(p, gbase);
+              axpy_dk(ds, qbase);
+            }
           }
         }
       }

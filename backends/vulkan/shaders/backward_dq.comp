@@ -77,17 +77,38 @@ void main() {
       const int j0 = int(map_entries[e].x >> 1) * TILE;
       const int nj = min(TILE, pc.Tk - j0);
       uint vis = row_visibility(e, r, j0, nj, lo, hi, b, seg_i);
-      while (vis != 0u) {
-        const int t = findLSB(vis);
-        vis &= vis - 1u;
-        const int j = j0 + t;
-        const uint kbase = k_row(b, j, hk);
-        float th;
-        const float x = logit(dot_q(kbase), b, h, i, j, th);
-        const float p = exp(x - lz);
-        float ds = p * (dot_g(v_row(b, j, hk)) - delta);
-        if (has(FLAG_SOFT_CAP)) ds *= 1.0 - th * th;
-        axpy_acc(ds, kbase);
+      if (has(FLAG_VEC)) {
+        // Four keys at a time (a group with no visible key is skipped; keys past the tile's
+        // end read the last key: finite values, weight 0).
+        for (int t0 = 0; t0 < nj; t0 += 4) {
+          const uint g = (vis >> uint(t0)) & 15u;
+          if (g == 0u) continue;
+          const ivec4 j4 = j0 + min(ivec4(t0, t0 + 1, t0 + 2, t0 + 3), ivec4(nj - 1));
+          const uvec4 kb = uvec4(((b * pc.Tk + j4) * pc.Hkv + hk) * pc.D);
+          const vec4 dots = dot4_q(kb);
+          const vec4 dp = dot4_g(uvec4(((b * pc.Tk + j4) * pc.Hkv + hk) * pc.Dv));
+          vec4 ds = vec4(0.0);
+          for (int c = 0; c < 4; ++c)
+            if (((g >> uint(c)) & 1u) != 0u) {
+              float th;
+              const float x = logit(dots[c], b, h, i, j0 + t0 + c, th);
+              ds[c] = exp(x - lz) * (dp[c] - delta);
+              if (has(FLAG_SOFT_CAP)) ds[c] *= 1.0 - th * th;
+            }
+          axpy4_acc(ds, kb);
+        }
+      } else {
+        while (vis != 0u) {
+          const int t = findLSB(vis);
+          vis &= vis - 1u;
+          const int j = j0 + t;
+          const uint kbase = k_row(b, j, hk);
+          float th;
+          const float x = logit(dot_q(kbase), b, h, i, j, th);
+          float ds = exp(x - lz) * (dot_g(v_row(b, j, hk)) - delta);
+          if (has(FLAG_SOFT_CAP)) ds *= 1.0 - th * th;
+          axpy_acc(ds, kbase);
+        }
       }
     }
   }
