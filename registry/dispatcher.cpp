@@ -127,8 +127,8 @@ CallSize backward_size(const BackwardProblem& bp) {
   const auto n = [](std::int64_t x) { return static_cast<double>(x); };
   CallSize c;
   c.flops = backward_flops(p, visible_pairs(p));
-  c.up = es * n(p.B * (p.Tq * p.Hq * (p.D + 2 * p.Dv) + p.Tk * p.Hkv * (p.D + p.Dv))) + 4.0 * n(p.B * p.Hq * p.Tq) +
-         (p.bias ? 4.0 * n(p.Tq * p.Tk) : 0.0);
+  c.up = es * n(p.B * (p.Tq * p.Hq * (p.D + 2 * p.Dv) + p.Tk * p.Hkv * (p.D + p.Dv))) +
+         4.0 * n(p.B * p.Hq * p.Tq) + (p.bias ? 4.0 * n(p.Tq * p.Tk) : 0.0);
   c.down = 4.0 * n(p.B * (p.Tq * p.Hq * p.D + p.Tk * p.Hkv * (p.D + p.Dv))) +
            4.0 * n(bp.bias_B * bp.bias_H * p.Tq * p.Tk);
   return c;
@@ -154,8 +154,9 @@ std::optional<CostEstimate> gpu_cost(const OperationImpl& op, const CallSize& si
 // later in the order, could run the call instead (`cpu_ok`). Records the estimate in d.cost;
 // the reason cpu_faster when the cpu wins.
 template <class CpuOk, class Size>
-std::optional<Reason> cost_gate(const OperationImpl& op, const std::vector<Backend>& candidates, const Host& host,
-                                bool exempt, DispatchDecision& d, CpuOk&& cpu_ok, Size&& size) {
+std::optional<Reason> cost_gate(const OperationImpl& op, const std::vector<Backend>& candidates,
+                                const Host& host, bool exempt, DispatchDecision& d, CpuOk&& cpu_ok,
+                                Size&& size) {
   const auto& md = op.metadata();
   if (exempt || std::find(md.backends.begin(), md.backends.end(), Backend::gpu) != md.backends.end())
     return std::nullopt;

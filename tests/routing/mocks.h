@@ -37,7 +37,8 @@ class MockOp : public Base {
     ON_CALL(*this, backward_tpu).WillByDefault(Return(AttentionGradients{}));
   }
   MOCK_METHOD(std::optional<Reason>, check_inputs, (Backend, const AttentionProblem&), (const, override));
-  MOCK_METHOD(std::optional<Reason>, check_backward_inputs, (Backend, const BackwardProblem&), (const, override));
+  MOCK_METHOD(std::optional<Reason>, check_backward_inputs, (Backend, const BackwardProblem&),
+              (const, override));
   MOCK_METHOD(AttentionOutput, forward_native, (const AttentionProblem&), (override));
   MOCK_METHOD(AttentionOutput, forward_cpu, (const AttentionProblem&), (override));
   MOCK_METHOD(AttentionOutput, forward_gpu, (const AttentionProblem&), (override));

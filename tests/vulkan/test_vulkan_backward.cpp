@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/native/reference.h"
 #include "backends/native/reference_backward.h"
 #include "tests/backward/grad_testing.h"
 #include "tests/tiled/tiled_cases.h"
@@ -80,6 +81,45 @@ TEST_F(VulkanBackward, BiasBroadcastAlongOneAxis) {
     ASSERT_EQ(bc.bp.bias_H, over_batches ? 4 : 1);
     const GradientBuffers got = run_gpu(bc.bp);
     EXPECT_TRUE(gradients_match(bc.bp, native::reference_backward_f64(bc.bp), got));
+  }
+}
+
+// Head dims whose rows are not whole 16-byte vectors take the one-row-at-a-time path; with
+// 16-bit storage a row then starts in the middle of a 32-bit word.
+TEST_F(VulkanBackward, RowsThatAreNotWholeVectors) {
+  std::uint64_t seed = 40;
+  for (DType t : {DType::f16, DType::bf16, DType::f32})
+    for (auto [D, Dv] : {std::pair<std::int64_t, std::int64_t>{5, 5}, {12, 7}, {64, 6}}) {
+      const Case c = make_case(
+          Spec().shape(2, 37, 41).heads(4, 2).dim(D, Dv).dtype(t).causal(true).window(9, 0).bias().sinks(),
+          ++seed);
+      SCOPED_TRACE(c.describe());
+      const BackwardCase bc = make_backward_case(c, 32, 32, seed);
+      EXPECT_TRUE(gradients_match(bc.bp, native::reference_backward_f64(bc.bp), run_gpu(bc.bp)));
+    }
+}
+
+// Outer strides that are not the contiguous ones, for q, k, v and dout (packed on upload).
+TEST_F(VulkanBackward, SlicedViewsMatchOracle) {
+  for (DType dt : {DType::f32, DType::bf16}) {
+    const std::int64_t B = 2, Tq = 45, Tk = 77, Hq = 4, Hkv = 2, D = 40;
+    const Tensor qw = random_tensor(dt, {B, Tq, 2 * Hq, D}, 1);
+    const Tensor kw = random_tensor(dt, {B, Tk + 9, Hkv + 1, D}, 2);
+    const Tensor vw = random_tensor(dt, {B, Tk + 9, Hkv + 1, D}, 3);
+    const Tensor gw = random_tensor(dt, {B, Tq, Hq + 3, D}, 4);
+    const TensorView q = qw.view().slice(2, Hq, 2 * Hq);
+    const TensorView k = kw.view().slice(1, 9, Tk + 9).slice(2, 1, Hkv + 1);
+    const TensorView v = vw.view().slice(1, 0, Tk).slice(2, 0, Hkv);
+    const TensorView dout = gw.view().slice(2, 1, Hq + 1);
+    AttentionOptions o;
+    o.return_lse = true;
+    const AttentionProblem fp = make_problem(q, k, v, o, OperationMetadata{});
+    AttentionBuffers fwd = allocate_buffers(fp);
+    native::reference_attention(fp, fwd);
+    const BackwardProblem bp =
+        make_backward_problem(q, k, v, fwd.out, *fwd.lse, dout, o, OperationMetadata{});
+    ASSERT_NE(bp.dout.stride(1), Hq * D) << "the test needs a strided dout";
+    EXPECT_TRUE(gradients_match(bp, native::reference_backward_f64(bp), run_gpu(bp))) << dtype_name(dt);
   }
 }
 
@@ -157,6 +197,28 @@ TEST_F(VulkanBackward, OneSubmissionPerCallAndPassTimings) {
     for (const auto& pass : g.run.timings->passes) names.push_back(pass.name);
     EXPECT_EQ(names, (std::vector<std::string>{"backward_dq", "backward_dkdv", "backward_dsinks"}));
   }
+}
+
+// Buffers over the device's maxStorageBufferRange (capped here to reach the limit with small
+// problems) are refused by the gate, naming the buffer, and run_backward throws the same reason.
+TEST_F(VulkanBackward, BufferLimitsAreCheckedBeforeRunning) {
+  const Case c = make_case(Spec().shape(1, 200, 300).heads(4, 1).dim(16).causal(false).bias(), 21);
+  const BackwardCase bc = make_backward_case(c, 32, 32, 21);
+  vulkan::debug::set_max_buffer_bytes(640 * 1024);  // the bias / dbias [1, 4, 200, 300] f32 take 937.5 KiB
+  const auto why = vulkan::check_backward_inputs(bc.bp, software_ok());
+  GradientBuffers g = allocate_gradient_buffers(bc.bp);
+  bool threw = false;
+  try {
+    vulkan::run_backward(bc.bp, software_ok(), g);
+  } catch (const Error& e) {
+    threw = e.code() == ErrorCode::unsupported_feature;
+  }
+  vulkan::debug::set_max_buffer_bytes(0);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(why->code, ReasonCode::unsupported_feature);
+  EXPECT_NE(why->detail.find("maxStorageBufferRange"), std::string::npos) << why->detail;
+  EXPECT_TRUE(threw);
+  EXPECT_FALSE(vulkan::check_backward_inputs(bc.bp, software_ok()).has_value());
 }
 
 Config gpu_first() {
