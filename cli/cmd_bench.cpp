@@ -15,9 +15,9 @@
 // attn.backward(q, k, v, forward, dout); their GFLOP/s count 2.5 times the forward's FLOPs (the
 // usual convention), their max_err is the largest gradient error against the fp64 backward
 // oracle, and their decision (ran, backend, reasons) is the backward's.
-// GPU rows also report the kernels alone (kernel_ms, kernel GFLOP/s: the median of the GPU
-// timestamps of profiled calls), next to the end-to-end time that includes uploads, read-backs
-// and the fixed cost of a call. The backend `gpu_resident` is the gpu with q, k, v uploaded once
+// GPU rows, forward and backward, also report the kernels alone (kernel_ms, kernel GFLOP/s: the
+// median of the GPU timestamps of profiled calls), next to the end-to-end time that includes
+// uploads, read-backs and the fixed cost of a call. The backend `gpu_resident` is the gpu with q, k, v uploaded once
 // as device tensors before timing (the output stays on the device), as a model keeping its
 // activations and KV cache on the GPU would call it.
 #include <algorithm>
