@@ -15,9 +15,9 @@
 // attn.backward(q, k, v, forward, dout); their GFLOP/s count 2.5 times the forward's FLOPs (the
 // usual convention), their max_err is the largest gradient error against the fp64 backward
 // oracle, and their decision (ran, backend, reasons) is the backward's.
-// GPU rows also report the kernels alone (kernel_ms, kernel GFLOP/s: the median of the GPU
-// timestamps of profiled calls), next to the end-to-end time that includes uploads, read-backs
-// and the fixed cost of a call. The backend `gpu_resident` is the gpu with q, k, v uploaded once
+// GPU rows, forward and backward, also report the kernels alone (kernel_ms, kernel GFLOP/s: the
+// median of the GPU timestamps of profiled calls), next to the end-to-end time that includes
+// uploads, read-backs and the fixed cost of a call. The backend `gpu_resident` is the gpu with q, k, v uploaded once
 // as device tensors before timing (the output stays on the device), as a model keeping its
 // activations and KV cache on the GPU would call it.
 #include <algorithm>
@@ -159,14 +159,14 @@ void run_row(Row& row, const Config& base, const Overrides& threads, int repeats
   const AttentionProblem p = make_problem(in.q, in.k, in.v, opts, md);
   const double flops = backward ? backward_flops(p, visible_pairs(p)) : attention_flops(p, visible_pairs(p));
   row.gflops = flops / (row.median_ms * 1e6);
-  if (!backward && decision.backend == Backend::gpu) {
+  if (decision.backend == Backend::gpu) {
     AttentionOptions prof = opts;
     prof.profile = true;
     std::vector<double> kms;
     for (int i = 0; i < std::max(repeats, 3); ++i) {
-      const AttentionOutput pr = forward(prof);
-      if (pr.decision.run.timings && pr.decision.run.timings->device_timestamps)
-        kms.push_back(pr.decision.run.timings->kernel_ms);
+      const RunInfo run = backward ? attn.backward(in.q, in.k, in.v, r, dout, prof).decision.run
+                                   : forward(prof).decision.run;
+      if (run.timings && run.timings->device_timestamps) kms.push_back(run.timings->kernel_ms);
     }
     if (!kms.empty()) {
       std::sort(kms.begin(), kms.end());

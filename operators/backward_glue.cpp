@@ -3,6 +3,7 @@
 #include "backends/common/block_map.h"
 #include "backends/cpu/tiled_backward.h"
 #include "backends/native/reference_backward.h"
+#include "backends/vulkan/vulkan_backend.h"
 
 namespace attnops {
 
@@ -35,6 +36,17 @@ AttentionGradients cpu_backward(const BackwardProblem& bp) {
     const AttentionProblem& p = x.fwd;
     cpu::tiled_backward(x, *get_block_map(p.mask, p.Hq, p.Tq, p.Tk, p.blocksize_q, p.blocksize_k), g);
   });
+}
+
+AttentionGradients gpu_backward(const BackwardProblem& bp, const GpuSettings& settings) {
+  return run_backward(
+      bp, [&](const BackwardProblem& x, GradientBuffers& g) { vulkan::run_backward(x, settings, g); });
+}
+
+std::optional<Reason> check_shared_backward(Backend b, const BackwardProblem& bp,
+                                            const GpuSettings& settings) {
+  if (b == Backend::gpu) return vulkan::check_backward_inputs(bp, settings);
+  return std::nullopt;
 }
 
 }  // namespace attnops

@@ -45,4 +45,12 @@ AttentionGradients TiledOperator::backward_cpu(const BackwardProblem& p) {
   return cpu_backward(p);
 }
 
+AttentionGradients TiledOperator::backward_gpu(const BackwardProblem& p) {
+  return gpu_backward(p, metadata().gpu);
+}
+
+std::optional<Reason> TiledOperator::check_backward_inputs(Backend b, const BackwardProblem& p) const {
+  return check_shared_backward(b, p, metadata().gpu);
+}
+
 }  // namespace attnops

@@ -37,4 +37,12 @@ AttentionGradients VanillaAttn::backward_cpu(const BackwardProblem& p) {
   return cpu_backward(p);
 }
 
+AttentionGradients VanillaAttn::backward_gpu(const BackwardProblem& p) {
+  return gpu_backward(p, metadata().gpu);
+}
+
+std::optional<Reason> VanillaAttn::check_backward_inputs(Backend b, const BackwardProblem& p) const {
+  return check_shared_backward(b, p, metadata().gpu);
+}
+
 }  // namespace attnops

@@ -96,9 +96,47 @@ std::string us(double v) {
   return b;
 }
 
+// What auto's cost rule weighs for one call: its FLOPs and the bytes it moves each way.
+struct CallSize {
+  double flops = 0, up = 0, down = 0;
+};
+
+double visible_pairs(const AttentionProblem& p) {
+  return p.Tq > 0 && p.Tk > 0
+             ? get_block_map(p.mask, p.Hq, p.Tq, p.Tk, p.blocksize_q, p.blocksize_k)->visible_pairs_per_head()
+             : 0.0;
+}
+
+// The forward: q, k, v (and bias) up, the output (and lse) down.
+CallSize forward_size(const AttentionProblem& p) {
+  const double es = static_cast<double>(dtype_size(p.dtype));
+  CallSize c;
+  c.flops = attention_flops(p, visible_pairs(p));
+  c.up = es * static_cast<double>(p.B * (p.Tq * p.Hq * p.D + p.Tk * p.Hkv * (p.D + p.Dv))) +
+         (p.bias ? 4.0 * static_cast<double>(p.Tq * p.Tk) : 0.0);
+  c.down = 4.0 * static_cast<double>(p.B * p.Tq * p.Hq * p.Dv) +
+           (p.want_lse ? 4.0 * static_cast<double>(p.B * p.Hq * p.Tq) : 0);
+  return c;
+}
+
+// The backward: its FLOPs (2.5 times the forward's, backward_flops); q, k, v, out, dout, lse (and
+// bias) up; dq, dk, dv (f32 on the device) and dbias down.
+CallSize backward_size(const BackwardProblem& bp) {
+  const AttentionProblem& p = bp.fwd;
+  const double es = static_cast<double>(dtype_size(p.dtype));
+  const auto n = [](std::int64_t x) { return static_cast<double>(x); };
+  CallSize c;
+  c.flops = backward_flops(p, visible_pairs(p));
+  c.up = es * n(p.B * (p.Tq * p.Hq * (p.D + 2 * p.Dv) + p.Tk * p.Hkv * (p.D + p.Dv))) +
+         4.0 * n(p.B * p.Hq * p.Tq) + (p.bias ? 4.0 * n(p.Tq * p.Tk) : 0.0);
+  c.down = 4.0 * n(p.B * (p.Tq * p.Hq * p.D + p.Tk * p.Hkv * (p.D + p.Dv))) +
+           4.0 * n(bp.bias_B * bp.bias_H * p.Tq * p.Tk);
+  return c;
+}
+
 // Auto's cost rule (attnops/cost.h) for the gpu candidate: the estimate, or nullopt when there
-// are no rates. Bytes: q, k, v (and bias) up, the output (and lse) down.
-std::optional<CostEstimate> gpu_cost(const OperationImpl& op, const AttentionProblem& p, const Host& host) {
+// are no rates.
+std::optional<CostEstimate> gpu_cost(const OperationImpl& op, const CallSize& size, const Host& host) {
   const GpuSettings& gpu = op.metadata().gpu;
   std::optional<std::pair<CostRates, std::string>> rates;
   if (gpu.cost_rates)
@@ -106,18 +144,32 @@ std::optional<CostEstimate> gpu_cost(const OperationImpl& op, const AttentionPro
   else
     rates = host.cost_rates(gpu);
   if (!rates || !rates->first.valid()) return std::nullopt;
-  const double es = static_cast<double>(dtype_size(p.dtype));
-  const double up = es * static_cast<double>(p.B * (p.Tq * p.Hq * p.D + p.Tk * p.Hkv * (p.D + p.Dv))) +
-                    (p.bias ? 4.0 * static_cast<double>(p.Tq * p.Tk) : 0.0);
-  const double down =
-      4.0 * static_cast<double>(p.B * p.Tq * p.Hq * p.Dv) + (p.want_lse ? 4.0 * static_cast<double>(p.B * p.Hq * p.Tq) : 0);
-  const double pairs =
-      p.Tq > 0 && p.Tk > 0
-          ? get_block_map(p.mask, p.Hq, p.Tq, p.Tk, p.blocksize_q, p.blocksize_k)->visible_pairs_per_head()
-          : 0.0;
-  CostEstimate e = estimate_cost(rates->first, attention_flops(p, pairs), up, down);
+  CostEstimate e = estimate_cost(rates->first, size.flops, size.up, size.down);
   e.rates_source = rates->second;
   return e;
+}
+
+// The cost rule as a gate of the gpu candidate: applies when the gpu is a candidate of the auto
+// order only (not named by the config or --backend), the inputs are on the host, and the cpu,
+// later in the order, could run the call instead (`cpu_ok`). Records the estimate in d.cost;
+// the reason cpu_faster when the cpu wins.
+template <class CpuOk, class Size>
+std::optional<Reason> cost_gate(const OperationImpl& op, const std::vector<Backend>& candidates,
+                                const Host& host, bool exempt, DispatchDecision& d, CpuOk&& cpu_ok,
+                                Size&& size) {
+  const auto& md = op.metadata();
+  if (exempt || std::find(md.backends.begin(), md.backends.end(), Backend::gpu) != md.backends.end())
+    return std::nullopt;
+  const auto gpu_at = std::find(candidates.begin(), candidates.end(), Backend::gpu);
+  if (std::find(gpu_at, candidates.end(), Backend::cpu) == candidates.end() || !cpu_ok()) return std::nullopt;
+  const std::optional<CostEstimate> e = gpu_cost(op, size(), host);
+  if (!e) return std::nullopt;
+  d.cost = e;
+  if (e->cpu_us > e->gpu_us) return std::nullopt;
+  return Reason{ReasonCode::cpu_faster, "gpu: estimated " + us(e->gpu_us) + " (call " + us(e->call_us) +
+                                            ", upload " + us(e->upload_us) + ", kernels " + us(e->kernel_us) +
+                                            ", download " + us(e->download_us) + ") vs cpu " + us(e->cpu_us) +
+                                            " (rates: " + e->rates_source + ")"};
 }
 
 // Steps 2 and 3's start, shared by both passes: the operator after the fallbacks (recorded in
@@ -213,24 +265,13 @@ AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const
   const std::vector<Backend> candidates =
       device_inputs ? std::vector<Backend>{Backend::gpu} : candidates_for(op, flags, d);
 
-  // The cost rule applies when the gpu is a candidate of the auto order only (not named by the
-  // config or --backend), the inputs are on the host and the cpu could run the call instead.
-  const bool gpu_named = std::find(md.backends.begin(), md.backends.end(), Backend::gpu) != md.backends.end();
+  // The cost rule (cost_gate) never applies to device-resident inputs.
   const auto check = [&](Backend b) -> std::optional<Reason> {
     if (auto r = check_backend(op, b, p, host)) return r;
-    if (b != Backend::gpu || gpu_named || device_inputs || flags.force_native) return std::nullopt;
-    const auto gpu_at = std::find(candidates.begin(), candidates.end(), Backend::gpu);
-    if (std::find(gpu_at, candidates.end(), Backend::cpu) == candidates.end() ||
-        check_backend(op, Backend::cpu, p, host))
-      return std::nullopt;
-    const std::optional<CostEstimate> e = gpu_cost(op, p, host);
-    if (!e) return std::nullopt;
-    d.cost = e;
-    if (e->cpu_us > e->gpu_us) return std::nullopt;
-    return Reason{ReasonCode::cpu_faster, "gpu: estimated " + us(e->gpu_us) + " (call " + us(e->call_us) +
-                                              ", upload " + us(e->upload_us) + ", kernels " + us(e->kernel_us) +
-                                              ", download " + us(e->download_us) + ") vs cpu " + us(e->cpu_us) +
-                                              " (rates: " + e->rates_source + ")"};
+    if (b != Backend::gpu) return std::nullopt;
+    return cost_gate(
+        op, candidates, host, device_inputs || flags.force_native, d,
+        [&] { return !check_backend(op, Backend::cpu, p, host); }, [&] { return forward_size(p); });
   };
   return first_candidate<AttentionOutput>(
       op, candidates, d, flags, check, [&](Backend b) { return op.forward(b, p); }, execute);
@@ -240,7 +281,8 @@ AttentionGradients dispatch_backward(OperationImpl& requested, OperationImpl& va
                                      const TensorView& q, const TensorView& k, const TensorView& v,
                                      const TensorView& out, const TensorView& lse, const TensorView& dout,
                                      const AttentionOptions& options, const RuntimeFlags& flags) {
-  // The backward reads host tensors only (no backend has a device-resident backward yet).
+  // The backward reads host tensors only (no backend has a device-resident backward yet: the gpu
+  // backward uploads q, k, v, out and dout like any host input).
   const std::pair<const char*, const TensorView*> args[] = {{"q", &q},     {"k", &k},     {"v", &v},
                                                              {"out", &out}, {"lse", &lse}, {"dout", &dout}};
   for (const auto& [name, t] : args)
@@ -253,9 +295,18 @@ AttentionGradients dispatch_backward(OperationImpl& requested, OperationImpl& va
   d.pass = Pass::backward;
   OperationImpl& op = choose_operator(requested, vanilla, p.fwd, d);
   const std::vector<Backend> candidates = candidates_for(op, flags, d);
+  // The same cost rule as the forward's, with the backward's FLOPs and bytes and the same rates
+  // (measured on forward kernels: the rule assumes each backend runs its backward at its forward
+  // GFLOP/s), so a call the rule sends to the cpu has its backward sent there too.
+  const auto check = [&](Backend b) -> std::optional<Reason> {
+    if (auto r = check_backward_backend(op, b, p, host)) return r;
+    if (b != Backend::gpu) return std::nullopt;
+    return cost_gate(
+        op, candidates, host, flags.force_native, d,
+        [&] { return !check_backward_backend(op, Backend::cpu, p, host); }, [&] { return backward_size(p); });
+  };
   return first_candidate<AttentionGradients>(
-      op, candidates, d, flags, [&](Backend b) { return check_backward_backend(op, b, p, host); },
-      [&](Backend b) { return op.backward(b, p); }, /*execute=*/true);
+      op, candidates, d, flags, check, [&](Backend b) { return op.backward(b, p); }, /*execute=*/true);
 }
 
 }  // namespace attnops

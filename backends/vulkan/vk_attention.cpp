@@ -67,6 +67,10 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return (a + b - 1) / b;
 }
 
+}  // namespace
+
+// Helpers shared with the other launch files (declared in vk_attention.h).
+
 std::uint32_t dtype_code(DType t) {
   return t == DType::f32 ? 0u : t == DType::f16 ? 1u : 2u;
 }
@@ -89,6 +93,8 @@ std::uint64_t buffer_range(const rt::PhysicalDevice& pd) {
   const std::uint64_t range = pd.caps.max_storage_buffer_range;
   return cap > 0 && cap < range ? cap : range;
 }
+
+namespace {
 
 // Vanilla materialises the scores ([B, Hq, Tq, Tk] f32, which are the weights) when the caller
 // wants the weights or when they fit in one buffer; otherwise (no weights, scores over the
@@ -119,11 +125,15 @@ Sizes sizes_of(Kernel kernel, const AttentionProblem& p, std::uint64_t range) {
   return s;
 }
 
+}  // namespace
+
 std::string mib(std::uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
   return buf;
 }
+
+namespace {
 
 const char* kernel_name(Kernel k) {
   switch (k) {
@@ -136,6 +146,8 @@ const char* kernel_name(Kernel k) {
   }
   return "?";
 }
+
+}  // namespace
 
 // Copies a BTHD view (any outer strides, innermost contiguous) into a packed [B, T, H, D] array.
 void pack_bthd(const TensorView& t, void* dst) {
@@ -156,8 +168,6 @@ void pack_bthd(const TensorView& t, void* dst) {
 std::int32_t clip32(std::int64_t v, std::int64_t hi) {
   return static_cast<std::int32_t>(std::min(v, hi));
 }
-
-}  // namespace
 
 // Why the device `pd` cannot run `p` with `kernel`, or nullopt. Shared by check_inputs and run.
 std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem& p,
@@ -250,6 +260,8 @@ Operand operand(rt::Batch& batch, const TensorView& t, std::int64_t heads, std::
   return o;
 }
 
+}  // namespace
+
 // A host array uploaded into a scratch slice (an invalid slice, bound to the dummy, when empty).
 rt::Slice upload_array(rt::Batch& batch, const void* data, std::uint64_t bytes) {
   if (data == nullptr || bytes == 0) return {};
@@ -257,8 +269,6 @@ rt::Slice upload_array(rt::Batch& batch, const void* data, std::uint64_t bytes) 
   batch.upload(s, 0, bytes, [&](std::byte* dst) { std::memcpy(dst, data, bytes); });
   return s;
 }
-
-}  // namespace
 
 void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const GpuSettings& settings,
                    AttentionBuffers& buffers) {

@@ -8,6 +8,7 @@
 
 #include "attnops/error.h"
 #include "backends/vulkan/vk_attention.h"
+#include "backends/vulkan/vk_backward.h"
 #include "backends/vulkan/vk_runtime.h"
 
 namespace attnops::vulkan {
@@ -52,6 +53,17 @@ std::optional<Reason> check_inputs(Kernel kernel, const AttentionProblem& p, con
 void run(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const GpuSettings& settings,
          AttentionBuffers& buffers) {
   run_attention(kernel, p, map, settings, buffers);
+}
+
+std::optional<Reason> check_backward_inputs(const BackwardProblem& bp, const GpuSettings& settings) {
+  std::string why;
+  const rt::PhysicalDevice* pd = selected_device(settings, &why);
+  if (pd == nullptr) return Reason{ReasonCode::backend_unavailable, why};
+  return backward_limits_reason(bp, *pd);
+}
+
+void run_backward(const BackwardProblem& bp, const GpuSettings& settings, GradientBuffers& grads) {
+  launch_backward(bp, settings, grads);
 }
 
 void release() {

@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "attnops/backward.h"
 #include "attnops/decision.h"
 #include "attnops/host.h"
 #include "attnops/metadata.h"
@@ -31,6 +32,15 @@ std::optional<Reason> check_inputs(Kernel kernel, const AttentionProblem& p, con
 // that the caller would use), Error(backend_unavailable) when no device qualifies.
 void run(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const GpuSettings& settings,
          AttentionBuffers& buffers);
+
+// The backward (every kernel runs the same one: the gradient does not depend on how the forward
+// was computed): FlashAttention-2's, P recomputed from the lse tile by tile over the block map
+// of the call's mask, deterministic. Host tensors only. check_backward_inputs: whether the
+// selected device can run it (as check_inputs). run_backward fills the zero-initialised `grads`
+// (dq, dk, dv in the storage dtype, dsinks / dbias f32) and grads.run; throws Error(gpu_error)
+// on runtime failure (grads untouched), Error(backend_unavailable) when no device qualifies.
+std::optional<Reason> check_backward_inputs(const BackwardProblem& bp, const GpuSettings& settings);
+void run_backward(const BackwardProblem& bp, const GpuSettings& settings, GradientBuffers& grads);
 
 // Shuts the process's GPU state down (devices, memory, pipelines, instance): attnops::release_gpu().
 void release();

@@ -27,6 +27,12 @@ std::optional<Reason> check_inputs(Kernel, const AttentionProblem&, const GpuSet
 void run(Kernel, const AttentionProblem&, const BlockMap*, const GpuSettings&, AttentionBuffers&) {
   throw Error(ErrorCode::backend_unavailable, kWhy);
 }
+std::optional<Reason> check_backward_inputs(const BackwardProblem&, const GpuSettings&) {
+  return Reason{ReasonCode::backend_unavailable, kWhy};
+}
+void run_backward(const BackwardProblem&, const GpuSettings&, GradientBuffers&) {
+  throw Error(ErrorCode::backend_unavailable, kWhy);
+}
 
 void release() {}
 std::optional<GpuRates> measure_rates(const GpuSettings&) {

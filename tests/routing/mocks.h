@@ -18,14 +18,15 @@ class MockHost : public Host {
   MOCK_METHOD(Rates, cost_rates, (const GpuSettings&), (const, override));
 };
 
-// A real operator (Base) whose forwards and input check are mocked. By default every input
-// check passes and every forward returns an output stamped with its backend in the decision.
+// A real operator (Base) whose forwards, backwards and input checks are mocked. By default every
+// input check passes and every forward / backward returns an empty result.
 template <class Base>
 class MockOp : public Base {
  public:
   explicit MockOp(const OperationMetadata& md) : Base(md) {
     using ::testing::Return;
     ON_CALL(*this, check_inputs).WillByDefault(Return(std::nullopt));
+    ON_CALL(*this, check_backward_inputs).WillByDefault(Return(std::nullopt));
     ON_CALL(*this, forward_native).WillByDefault(Return(AttentionOutput{}));
     ON_CALL(*this, forward_cpu).WillByDefault(Return(AttentionOutput{}));
     ON_CALL(*this, forward_gpu).WillByDefault(Return(AttentionOutput{}));
@@ -36,6 +37,8 @@ class MockOp : public Base {
     ON_CALL(*this, backward_tpu).WillByDefault(Return(AttentionGradients{}));
   }
   MOCK_METHOD(std::optional<Reason>, check_inputs, (Backend, const AttentionProblem&), (const, override));
+  MOCK_METHOD(std::optional<Reason>, check_backward_inputs, (Backend, const BackwardProblem&),
+              (const, override));
   MOCK_METHOD(AttentionOutput, forward_native, (const AttentionProblem&), (override));
   MOCK_METHOD(AttentionOutput, forward_cpu, (const AttentionProblem&), (override));
   MOCK_METHOD(AttentionOutput, forward_gpu, (const AttentionProblem&), (override));

@@ -70,45 +70,95 @@ TEST_F(BackwardRouting, FallbacksPickTheOperatorTheForwardRan) {
   EXPECT_TRUE(g.decision.has(ReasonCode::seq_multiple));
 }
 
-TEST_F(BackwardRouting, GpuWithoutBackwardIsRecordedAsNotImplemented) {
+// The built-in operators have a backward_gpu: where the forward would run on the GPU, so does
+// the backward (vanilla after the forward's fallbacks too).
+TEST_F(BackwardRouting, GpuRunsTheBackwardOfEveryBuiltInOperator) {
   gpu_present = true;
   shapes(128, 128);
   residuals();
+  for (const char* name : {"blocksparse", "flash_attn2", "vanilla"})
+    EXPECT_TRUE(reg.get(name).op().implements_backward(Backend::gpu)) << name;
   auto attn = reg.get("blocksparse");
-  EXPECT_EQ(attn.plan(q, k, v).backend, Backend::gpu);  // the forward would run on the GPU
-  expect_only_backward(*bs, Backend::cpu);
+  EXPECT_EQ(attn.plan(q, k, v).backend, Backend::gpu);
+  expect_only_backward(*bs, Backend::gpu);
   const AttentionGradients g = backward(attn);
-  EXPECT_EQ(g.decision.backend, Backend::cpu);
-  ASSERT_EQ(g.decision.reasons.size(), 1u);
-  EXPECT_EQ(g.decision.reasons[0].code, ReasonCode::not_implemented);
-  EXPECT_THAT(g.decision.reasons[0].detail, HasSubstr("gpu: blocksparse has no backward_gpu"));
+  EXPECT_EQ(g.decision.backend, Backend::gpu);
+  EXPECT_TRUE(g.decision.reasons.empty()) << g.decision.to_log_line();
+
+  shapes(1, 128);  // decode: blocksparse -> vanilla, forward and backward
+  residuals();
+  expect_only_backward(*van, Backend::gpu);
+  EXPECT_EQ(backward(attn).decision.op, "vanilla");
 }
 
-// An operator whose backward_gpu exists: the GPU runs it; a runtime failure there moves on.
-class GpuBackward : public MockOp<FlashAttn2> {
- public:
-  using MockOp<FlashAttn2>::MockOp;
-  bool implements_backward(Backend b) const override { return b != Backend::tpu; }
-};
-
-TEST_F(BackwardRouting, GpuBackwardRunsAndARuntimeErrorFallsBackToCpu) {
+// The gpu's gate (device limits) rejects a call: recorded, and the cpu runs it.
+TEST_F(BackwardRouting, GpuGateRejectionIsRecorded) {
   gpu_present = true;
-  GpuBackward* op = nullptr;
-  reg.add({"flash_attn2", {"flash"}, FlashAttn2::default_metadata(), [&](const OperationMetadata& md) {
-             auto p = std::make_shared<::testing::NiceMock<GpuBackward>>(md);
-             op = p.get();
-             return p;
-           }});
   shapes(128, 128);
   residuals();
   auto attn = reg.get("flash");
-  EXPECT_CALL(*op, backward_gpu(_)).WillOnce(Return(AttentionGradients{}));
+  ON_CALL(*fl, check_backward_inputs(Backend::gpu, _))
+      .WillByDefault(Return(Reason{ReasonCode::unsupported_feature, "head_dim D=512 (mock)"}));
+  expect_only_backward(*fl, Backend::cpu);
+  const AttentionGradients g = backward(attn);
+  EXPECT_EQ(g.decision.backend, Backend::cpu);
+  ASSERT_EQ(g.decision.reasons.size(), 1u);
+  EXPECT_EQ(g.decision.reasons[0].code, ReasonCode::unsupported_feature);
+  EXPECT_THAT(g.decision.reasons[0].detail, HasSubstr("gpu: head_dim D=512 (mock)"));
+}
+
+TEST_F(BackwardRouting, GpuBackwardRunsAndARuntimeErrorFallsBackToCpu) {
+  gpu_present = true;
+  shapes(128, 128);
+  residuals();
+  auto attn = reg.get("flash");
+  EXPECT_CALL(*fl, backward_gpu(_)).WillOnce(Return(AttentionGradients{}));
   EXPECT_EQ(backward(attn).decision.backend, Backend::gpu);
-  EXPECT_CALL(*op, backward_gpu(_)).WillOnce(Throw(Error(ErrorCode::gpu_error, "VK_ERROR_DEVICE_LOST")));
-  EXPECT_CALL(*op, backward_cpu(_)).WillOnce(Return(AttentionGradients{}));
+  EXPECT_CALL(*fl, backward_gpu(_)).WillOnce(Throw(Error(ErrorCode::gpu_error, "VK_ERROR_DEVICE_LOST")));
+  EXPECT_CALL(*fl, backward_cpu(_)).WillOnce(Return(AttentionGradients{}));
   const AttentionGradients g = backward(attn);
   EXPECT_EQ(g.decision.backend, Backend::cpu);
   EXPECT_TRUE(g.decision.has(ReasonCode::gpu_error));
+}
+
+// Auto's cost rule applies to the backward with its own FLOPs (2.5x) and bytes, and the same
+// rates: a call the rule keeps on the cpu has its backward there too, with the estimate.
+TEST_F(BackwardRouting, CostRuleAppliesToTheBackward) {
+  gpu_present = true;
+  shapes(128, 128);
+  residuals();
+  Config cfg;
+  cfg.gpu_cost_rates = CostRates{100, 1000, 10, 10, 50};  // 50 us per gpu call: small calls stay on the cpu
+  auto attn = reg.get("flash_attn2", cfg);
+  EXPECT_EQ(attn.plan(q, k, v).backend, Backend::cpu);
+  expect_only_backward(*fl, Backend::cpu);
+  const AttentionGradients g = backward(attn);
+  EXPECT_EQ(g.decision.backend, Backend::cpu);
+  ASSERT_TRUE(g.decision.has(ReasonCode::cpu_faster)) << g.decision.to_log_line();
+  ASSERT_TRUE(g.decision.cost.has_value());
+  const DispatchDecision fwd = attn.plan(q, k, v);
+  ASSERT_TRUE(fwd.cost.has_value());
+  // 2.5 times the forward's FLOPs at the same cpu rate.
+  EXPECT_NEAR(g.decision.cost->cpu_us, 2.5 * fwd.cost->cpu_us, 1e-9 * fwd.cost->cpu_us);
+  EXPECT_GT(g.decision.cost->upload_us, fwd.cost->upload_us);  // out, dout and lse go up too
+
+  // A gpu named by the config is tried as named; a large call stays on the gpu.
+  Config named = cfg;
+  named.backends = std::vector<Backend>{Backend::gpu, Backend::cpu};
+  auto attn_named = reg.get("flash_attn2", named);  // (a new mock operator)
+  expect_only_backward(*fl, Backend::gpu);
+  const AttentionGradients gn = backward(attn_named);
+  EXPECT_EQ(gn.decision.backend, Backend::gpu);
+  EXPECT_FALSE(gn.decision.cost.has_value());
+  cfg.gpu_cost_rates = CostRates{100, 10000, 10, 10, 50};
+  shapes(4096, 4096);
+  residuals();
+  auto attn_large = reg.get("flash_attn2", cfg);
+  expect_only_backward(*fl, Backend::gpu);
+  const AttentionGradients gl = backward(attn_large);
+  EXPECT_EQ(gl.decision.backend, Backend::gpu);
+  ASSERT_TRUE(gl.decision.cost.has_value());
+  EXPECT_LT(gl.decision.cost->gpu_us, gl.decision.cost->cpu_us);
 }
 
 TEST_F(BackwardRouting, PreferenceDisabledAndForcedNativeApply) {
