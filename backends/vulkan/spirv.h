@@ -4,14 +4,14 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
+
+#include "backends/vulkan/vk_pipeline_key.h"
 
 namespace attnops::vulkan::spirv {
 
-extern const std::uint32_t k_flash[];
-extern const std::size_t k_flash_words;
-extern const std::uint32_t k_vanilla[];
-extern const std::size_t k_vanilla_words;
-extern const std::uint32_t k_sgemm[];
-extern const std::size_t k_sgemm_words;
+// The SPIR-V words of a shader; empty when it is not part of this build (the cooperative-matrix
+// shaders need a glslc that compiles their extension: build_caps()).
+std::span<const std::uint32_t> code(ShaderId id);
 
 }  // namespace attnops::vulkan::spirv

@@ -1,5 +1,6 @@
 // The test-visible diagnostics of vulkan_debug.h over the runtime's counters.
 #include <atomic>
+#include <mutex>
 
 #include "backends/vulkan/vk_runtime.h"
 #include "backends/vulkan/vulkan_debug.h"
@@ -9,6 +10,8 @@ namespace attnops::vulkan::debug {
 namespace {
 std::atomic<bool> g_inject_fault{false};
 std::atomic<std::uint64_t> g_max_buffer_bytes{0};
+std::mutex g_override_mu;
+KernelOverride g_override;
 }  // namespace
 
 bool validation_enabled() {
@@ -41,6 +44,28 @@ void set_max_buffer_bytes(std::uint64_t bytes) {
 }
 std::uint64_t max_buffer_bytes() {
   return g_max_buffer_bytes;
+}
+
+void set_kernel_override(const KernelOverride& o) {
+  std::lock_guard<std::mutex> lock(g_override_mu);
+  g_override = o;
+}
+void clear_kernel_override() {
+  set_kernel_override(KernelOverride{});
+}
+KernelOverride kernel_override() {
+  {
+    std::lock_guard<std::mutex> lock(g_override_mu);
+    if (!g_override.empty()) return g_override;
+  }
+  KernelOverride o;
+  if (const std::string v = rt::env_string("ATTNOPS_VK_KERNEL"); !v.empty()) o.variant = parse_variant(v);
+  if (const std::string t = rt::env_string("ATTNOPS_VK_TILES"); !t.empty()) o = parse_tiles(t, o);
+  return o;
+}
+
+DeviceDesc device_desc(const GpuSettings& settings) {
+  return rt::context(settings).physical().desc;
 }
 
 void plant_mistake(Mistake m, const GpuSettings& settings) {

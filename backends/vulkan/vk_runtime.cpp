@@ -12,6 +12,7 @@
 #include <iterator>
 
 #include "backends/vulkan/spirv.h"
+#include "backends/vulkan/vk_device_query.h"
 
 namespace attnops::vulkan::rt {
 
@@ -335,7 +336,10 @@ Instance::Instance() {
   std::vector<VkPhysicalDevice> handles(n);
   if (r == VK_SUCCESS && n > 0) r = vkEnumeratePhysicalDevices(instance_, &n, handles.data());
   if (r != VK_SUCCESS && r != VK_INCOMPLETE) n = 0;
-  for (std::uint32_t i = 0; i < n; ++i) devices_.push_back(describe(handles[i], static_cast<int>(i)));
+  for (std::uint32_t i = 0; i < n; ++i) {
+    devices_.push_back(describe(handles[i], static_cast<int>(i)));
+    devices_.back().desc = query_device_desc(instance_, handles[i], devices_.back().api_version);
+  }
 }
 
 Instance::~Instance() {
@@ -437,6 +441,10 @@ Context::Context(const PhysicalDevice& pd, const GpuSettings& settings) : pd_(pd
   VkDeviceCreateInfo dci = rt::make<VkDeviceCreateInfo>(VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO);
   dci.queueCreateInfoCount = 1;
   dci.pQueueCreateInfos = &qci;
+  const OptionalFeatures optional(pd.desc);  // what the kernels may use, where supported
+  dci.pNext = optional.chain();
+  dci.enabledExtensionCount = static_cast<std::uint32_t>(optional.extensions().size());
+  dci.ppEnabledExtensionNames = optional.extensions().data();
   check(vkCreateDevice(pd.handle, &dci, nullptr, &device_), "vkCreateDevice");
   // From here on a throw must not leak the device: the destructor does not run for a
   // constructor that throws, so clean up by hand.
@@ -512,20 +520,7 @@ Context::Context(const PhysicalDevice& pd, const GpuSettings& settings) : pd_(pd
     check(vkCreatePipelineLayout(device_, &plci, nullptr, &pl), "vkCreatePipelineLayout");
     pipeline_layout_ = Owned<VkPipelineLayout>(device_, pl, vkDestroyPipelineLayout);
 
-    const std::pair<const std::uint32_t*, std::size_t> code[3] = {{spirv::k_flash, spirv::k_flash_words},
-                                                                  {spirv::k_vanilla, spirv::k_vanilla_words},
-                                                                  {spirv::k_sgemm, spirv::k_sgemm_words}};
-    for (int s = 0; s < 3; ++s) {
-      VkShaderModuleCreateInfo sci =
-          rt::make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
-      sci.codeSize = code[s].second * sizeof(std::uint32_t);
-      sci.pCode = code[s].first;
-      VkShaderModule mod = VK_NULL_HANDLE;
-      check(vkCreateShaderModule(device_, &sci, nullptr, &mod), "vkCreateShaderModule");
-      modules_[s] = Owned<VkShaderModule>(device_, mod, vkDestroyShaderModule);
-    }
   } catch (...) {
-    for (auto& m : modules_) m.reset();
     pipeline_layout_.reset();
     set_layout_.reset();
     cache_.reset();
@@ -539,7 +534,7 @@ Context::Context(const PhysicalDevice& pd, const GpuSettings& settings) : pd_(pd
 Context::~Context() {
   if (broken_reason_.empty()) vkDeviceWaitIdle(device_);
   pipelines_.clear();
-  for (auto& m : modules_) m.reset();
+  modules_.clear();
   pipeline_layout_.reset();
   set_layout_.reset();
   cache_.reset();
@@ -614,21 +609,47 @@ Buffer Context::make_buffer(VkDeviceSize size, VkBufferUsageFlags usage) {
   return b;
 }
 
+VkShaderModule Context::module(ShaderId id) {
+  auto it = modules_.find(id);
+  if (it != modules_.end()) return it->second.get();
+  const std::span<const std::uint32_t> code = spirv::code(id);
+  if (code.empty())
+    throw Error(ErrorCode::gpu_error,
+                std::string("Vulkan: shader ") + shader_name(id) + " is not compiled into this build");
+  VkShaderModuleCreateInfo sci =
+      rt::make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
+  sci.codeSize = code.size() * sizeof(std::uint32_t);
+  sci.pCode = code.data();
+  VkShaderModule mod = VK_NULL_HANDLE;
+  check(vkCreateShaderModule(device_, &sci, nullptr, &mod), "vkCreateShaderModule");
+  return modules_.emplace(id, Owned<VkShaderModule>(device_, mod, vkDestroyShaderModule)).first->second.get();
+}
+
 VkPipeline Context::pipeline(const PipelineKey& key) {
   auto it = pipelines_.find(key);
   if (it != pipelines_.end()) return it->second.get();
-  // Specialization constants 0..3 of common.glsl: BQ (local_size_x), DTYPE, DMAX, BK.
-  const std::uint32_t values[4] = {key.bq, key.dtype, key.dmax, key.bk};
-  VkSpecializationMapEntry entries[4];
-  for (std::uint32_t c = 0; c < 4; ++c) entries[c] = {c, c * 4u, 4u};
-  VkSpecializationInfo spec{4, entries, sizeof values, values};
+  // Specialization constant i takes key.spec[i] (ids a shader does not declare are ignored).
+  VkSpecializationMapEntry entries[kMaxSpecConstants];
+  for (std::uint32_t c = 0; c < kMaxSpecConstants; ++c) entries[c] = {c, c * 4u, 4u};
+  VkSpecializationInfo spec{static_cast<std::uint32_t>(kMaxSpecConstants), entries, sizeof key.spec,
+                            key.spec.data()};
   VkComputePipelineCreateInfo ci =
       rt::make<VkComputePipelineCreateInfo>(VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO);
   ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
   ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
-  ci.stage.module = modules_[static_cast<int>(key.shader)].get();
+  ci.stage.module = module(key.shader);
   ci.stage.pName = "main";
   ci.stage.pSpecializationInfo = &spec;
+  // Subgroup requirements (VK_EXT_subgroup_size_control; the kernel selection asks only for what
+  // the device description says is enabled).
+  VkPipelineShaderStageRequiredSubgroupSizeCreateInfoEXT size_info =
+      rt::make<VkPipelineShaderStageRequiredSubgroupSizeCreateInfoEXT>(
+          VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO_EXT);
+  if (key.required_subgroup_size != 0) {
+    size_info.requiredSubgroupSize = key.required_subgroup_size;
+    ci.stage.pNext = &size_info;
+  }
+  if (key.full_subgroups) ci.stage.flags |= VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT_EXT;
   ci.layout = pipeline_layout_.get();
   VkPipeline p = VK_NULL_HANDLE;
   check(vkCreateComputePipelines(device_, cache_.get(), 1, &ci, nullptr, &p), "vkCreateComputePipelines");
@@ -695,8 +716,7 @@ void invalidate(VkDevice dev, const Buffer& b) {
   check(vkInvalidateMappedMemoryRanges(dev, 1, &r), "vkInvalidateMappedMemoryRanges");
 }
 
-void Context::dispatch(VkPipeline pipeline, const Buffer* bufs, const void* push, std::uint32_t push_bytes,
-                       const std::uint32_t (&groups)[3]) {
+void Context::dispatch_steps(const Buffer* bufs, const DispatchStep* steps, std::size_t count) {
   // A descriptor pool per call: one set, freed with the pool.
   VkDescriptorPoolSize pool_size{VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, kBindings};
   VkDescriptorPoolCreateInfo dpci =
@@ -729,12 +749,24 @@ void Context::dispatch(VkPipeline pipeline, const Buffer* bufs, const void* push
   vkUpdateDescriptorSets(device_, kBindings, writes, 0, nullptr);
 
   submit([&](VkCommandBuffer cmd) {
-    vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline);
     vkCmdBindDescriptorSets(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, pipeline_layout_.get(), 0, 1, &set, 0,
                             nullptr);
-    vkCmdPushConstants(cmd, pipeline_layout_.get(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
-    vkCmdDispatch(cmd, groups[0], groups[1], groups[2]);
-    // The shader's writes must be made available to the host's reads after the fence. (Host
+    for (std::size_t s = 0; s < count; ++s) {
+      const DispatchStep& step = steps[s];
+      if (s > 0) {
+        // What the earlier steps wrote is read by this one.
+        VkMemoryBarrier between = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
+        between.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
+        between.dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT;
+        vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                             0, 1, &between, 0, nullptr, 0, nullptr);
+      }
+      vkCmdBindPipeline(cmd, VK_PIPELINE_BIND_POINT_COMPUTE, step.pipeline);
+      vkCmdPushConstants(cmd, pipeline_layout_.get(), VK_SHADER_STAGE_COMPUTE_BIT, 0, step.push_bytes,
+                         step.push);
+      vkCmdDispatch(cmd, step.groups[0], step.groups[1], step.groups[2]);
+    }
+    // The shaders' writes must be made available to the host's reads after the fence. (Host
     // writes before vkQueueSubmit need no barrier: submission makes them visible.)
     VkMemoryBarrier barrier = make<VkMemoryBarrier>(VK_STRUCTURE_TYPE_MEMORY_BARRIER);
     barrier.srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT;
@@ -742,6 +774,16 @@ void Context::dispatch(VkPipeline pipeline, const Buffer* bufs, const void* push
     vkCmdPipelineBarrier(cmd, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_HOST_BIT, 0, 1,
                          &barrier, 0, nullptr, 0, nullptr);
   });
+}
+
+void Context::dispatch(VkPipeline pipeline, const Buffer* bufs, const void* push, std::uint32_t push_bytes,
+                       const std::uint32_t (&groups)[3]) {
+  DispatchStep step;
+  step.pipeline = pipeline;
+  step.push = push;
+  step.push_bytes = push_bytes;
+  for (int a = 0; a < 3; ++a) step.groups[a] = groups[a];
+  dispatch_steps(bufs, &step, 1);
 }
 
 Context& context(const GpuSettings& settings) {

@@ -19,6 +19,8 @@
 #include "attnops/error.h"
 #include "attnops/host.h"
 #include "attnops/metadata.h"
+#include "backends/vulkan/vk_device_desc.h"
+#include "backends/vulkan/vk_pipeline_key.h"
 #include "backends/vulkan/vulkan_debug.h"
 
 namespace attnops::vulkan::rt {
@@ -84,6 +86,8 @@ struct PhysicalDevice {
   std::uint32_t max_group_size_x = 0;
   std::uint32_t max_push_constants = 0;
   std::uint64_t max_allocation = 0;  // VkPhysicalDeviceMaintenance3Properties
+  DeviceDesc
+      desc;  // what the kernel selection reads (vk_device_query.h); optional features in it are enabled
 };
 
 // The process-wide instance. Created on first use; ATTNOPS_VK_VALIDATION=1 at that moment
@@ -126,13 +130,15 @@ struct Buffer {
 void flush(VkDevice dev, const Buffer& b);
 void invalidate(VkDevice dev, const Buffer& b);
 
-enum class Shader { flash, vanilla, sgemm };
+using vulkan::PipelineKey;
+using vulkan::ShaderId;
 
-// Specialization of one pipeline (see shaders/common.glsl).
-struct PipelineKey {
-  Shader shader;
-  std::uint32_t bq, dtype, dmax, bk;
-  auto operator<=>(const PipelineKey&) const = default;
+// One dispatch of a multi-pass kernel (see Context::dispatch_steps).
+struct DispatchStep {
+  VkPipeline pipeline = VK_NULL_HANDLE;
+  const void* push = nullptr;  // push_bytes of push constants
+  std::uint32_t push_bytes = 0;
+  std::uint32_t groups[3] = {1, 1, 1};
 };
 
 // A logical device with one compute queue and everything created on it.
@@ -151,7 +157,9 @@ class Context {
   Buffer make_buffer(VkDeviceSize size, VkBufferUsageFlags usage = 0);  // caller holds mutex()
   VkDescriptorSetLayout set_layout() const { return set_layout_.get(); }
   VkPipelineLayout pipeline_layout() const { return pipeline_layout_.get(); }
-  // Created on first use (through the pipeline cache). Caller holds mutex().
+  // Created on first use (through the pipeline cache), with the key's specialization constants
+  // and subgroup requirements. Throws Error(gpu_error) for a shader not compiled into this build.
+  // Caller holds mutex().
   VkPipeline pipeline(const PipelineKey& key);
   // Records with `record`, submits, waits on a fence (timeout ATTNOPS_VK_TIMEOUT_MS, default
   // 120000). Throws Error(gpu_error) on failure; after a lost device (also one lost while
@@ -171,11 +179,15 @@ class Context {
   // visible to the host, submits and waits. Caller holds mutex().
   void dispatch(VkPipeline pipeline, const Buffer* bufs, const void* push, std::uint32_t push_bytes,
                 const std::uint32_t (&groups)[3]);
+  // As dispatch(), for several dispatches over the same buffers in one submission: a
+  // compute-to-compute memory barrier between consecutive steps (each step may read what the
+  // previous ones wrote), then the host barrier. Caller holds mutex().
+  void dispatch_steps(const Buffer* bufs, const DispatchStep* steps, std::size_t count);
   bool broken() const { return !broken_reason_.empty(); }
   const std::string& broken_reason() const { return broken_reason_; }
   void mark_broken(std::string why) { broken_reason_ = std::move(why); }
-  static constexpr std::uint32_t kBindings = 14;  // bindings 0..13 of common.glsl
-  static constexpr std::uint32_t kPushConstantBytes = 72;
+  static constexpr std::uint32_t kBindings = 14;            // bindings 0..13 of common.glsl
+  static constexpr std::uint32_t kPushConstantBytes = 128;  // the minimum every device offers
 
  private:
   void begin();
@@ -192,7 +204,8 @@ class Context {
   Owned<VkPipelineCache> cache_;
   Owned<VkDescriptorSetLayout> set_layout_;
   Owned<VkPipelineLayout> pipeline_layout_;
-  Owned<VkShaderModule> modules_[3];  // indexed by Shader
+  VkShaderModule module(ShaderId id);  // created on first use
+  std::map<ShaderId, Owned<VkShaderModule>> modules_;
   std::map<PipelineKey, Owned<VkPipeline>> pipelines_;
   std::string broken_reason_;
 };

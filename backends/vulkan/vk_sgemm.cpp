@@ -26,8 +26,10 @@ void sgemm(const float* a, const float* b, float* c, std::int64_t M, std::int64_
                                    static_cast<std::uint32_t>((M / 4 + 7) / 8), 1u};
   std::lock_guard<std::mutex> lock(ctx.mutex());
   VkDevice dev = ctx.device();
-  // Specialization constants are unused by sgemm.comp (its workgroup is fixed at 8 x 8).
-  const VkPipeline pipeline = ctx.pipeline(rt::PipelineKey{rt::Shader::sgemm, 1, 0, 0, 0});
+  // sgemm.comp has no specialization constants (its workgroup is fixed at 8 x 8).
+  rt::PipelineKey key;
+  key.shader = ShaderId::sgemm;
+  const VkPipeline pipeline = ctx.pipeline(key);
   ctx.persist_cache(settings.pipeline_cache);
   // Bindings 0 (A), 1 (B), 3 (C); the others get small dummies, as every binding must be valid.
   rt::Buffer bufs[rt::Context::kBindings];

@@ -1,5 +1,6 @@
 // The Vulkan backend's entry points (vulkan_backend.h): device queries, input checks, and run(),
-// which uploads one problem, dispatches flash.comp or vanilla.comp once, and reads back.
+// which selects the kernel variant (vk_kernel_select.h), uploads one problem, executes the
+// variant's launch plan (vk_launch.h) in one submission, and reads back.
 #include "backends/vulkan/vulkan_backend.h"
 
 #include <algorithm>
@@ -9,6 +10,8 @@
 
 #include "attnops/error.h"
 #include "backends/common/block_map_impl.h"
+#include "backends/vulkan/vk_kernel_select.h"
+#include "backends/vulkan/vk_launch.h"
 #include "backends/vulkan/vk_runtime.h"
 #include "backends/vulkan/vk_tile_plan.h"
 #include "backends/vulkan/vulkan_debug.h"
@@ -17,54 +20,8 @@ namespace attnops::vulkan {
 
 namespace {
 
-constexpr std::int64_t kMaxHeadDim = 256;  // the shaders' private arrays (DMAX) go up to 256
-
-// Must match `PushConstants` in shaders/common.glsl.
-struct PushConstants {
-  std::int32_t B, Tq, Tk, Hq, Hkv, D, Dv;
-  float scale, soft_cap;
-  std::uint32_t flags;
-  std::int32_t win_left, win_right, chunk;
-  std::uint32_t bias_stride_b, bias_stride_h;
-  std::int32_t map_heads, nq, words_per_row;
-};
-static_assert(sizeof(PushConstants) == rt::Context::kPushConstantBytes);
-
-enum Flag : std::uint32_t {
-  kCausal = 1,
-  kParamMask = 2,
-  kSegments = 4,
-  kBias = 8,
-  kSinks = 16,
-  kLse = 32,
-  kSoftCap = 64,
-  kVec = 128,
-};
-
-// Descriptor bindings (shaders/common.glsl).
-enum Binding : std::uint32_t {
-  bQ,
-  bK,
-  bV,
-  bOut,
-  bLse,
-  bBias,
-  bSinks,
-  bSegQ,
-  bSegKv,
-  bRowStart,
-  bEntries,
-  bPartIndex,
-  bBits,
-  bScratch,
-};
-
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return (a + b - 1) / b;
-}
-
-std::uint32_t dtype_code(DType t) {
-  return t == DType::f32 ? 0u : t == DType::f16 ? 1u : 2u;
 }
 
 // Bytes of a packed q/k/v array, rounded up to whole 16-byte vectors (the shaders read them as
@@ -86,20 +43,31 @@ std::uint64_t buffer_range(const rt::PhysicalDevice& pd) {
   return cap > 0 && cap < range ? cap : range;
 }
 
-// Vanilla materialises the scores ([B, Hq, Tq, Tk] f32, which are the weights) when the caller
-// wants the weights or when they fit in one buffer; otherwise (no weights, scores over the
-// range) it runs the one-pass online softmax of flash.comp instead, which computes the same
-// function without a scores buffer.
-bool materialises_scores(Kernel kernel, const AttentionProblem& p, std::uint64_t range) {
-  if (kernel != Kernel::vanilla) return false;
-  return p.want_weights || static_cast<std::uint64_t>(p.B * p.Hq * p.Tq * p.Tk) * 4u <= range;
+// The kernel variant run() takes for `p` on `pd` (vk_kernel_select.h), under the test / bench
+// override (vulkan_debug.h).
+Selection selection_for(Kernel kernel, const AttentionProblem& p, const rt::PhysicalDevice& pd) {
+  ProblemShape shape;
+  shape.vanilla = kernel == Kernel::vanilla;
+  shape.want_weights = p.want_weights;
+  shape.buffer_range = buffer_range(pd);
+  shape.scores_fit = static_cast<std::uint64_t>(p.B * p.Hq * p.Tq * p.Tk) * 4u <= shape.buffer_range;
+  shape.per_head_map = p.mask.head_dependent();
+  shape.dtype = p.dtype;
+  shape.B = p.B, shape.Tq = p.Tq, shape.Tk = p.Tk, shape.Hq = p.Hq, shape.Hkv = p.Hkv, shape.D = p.D,
+  shape.Dv = p.Dv;
+  return select_kernel(pd.desc, build_caps(), shape, debug::kernel_override());
 }
 
-// The device buffers of one run whose sizes depend only on the problem (not on the map).
+// The launch plan of `sel` with the block map's row count but no map yet (for the checks).
+LaunchPlan plan_for(const AttentionProblem& p, const Selection& sel, const PushConstants& base) {
+  return sel.variant == Variant::vanilla_gemm ? plan_vanilla_gemm(p, sel, base) : plan_flash(p, sel, base);
+}
+
+// The device buffers of one run whose sizes depend only on the problem and the plan.
 struct Sizes {
   std::uint64_t q, k, v, out, lse, bias, seg_q, seg_kv, scratch;
 };
-Sizes sizes_of(Kernel kernel, const AttentionProblem& p, std::uint64_t range) {
+Sizes sizes_of(const AttentionProblem& p, const LaunchPlan& plan) {
   const std::size_t es = dtype_size(p.dtype);
   Sizes s{};
   s.q = packed_bytes(p.B * p.Tq * p.Hq * p.D, es);
@@ -110,8 +78,7 @@ Sizes sizes_of(Kernel kernel, const AttentionProblem& p, std::uint64_t range) {
   s.bias = bias_elements(p) * 4u;
   s.seg_q = p.has_segments() ? static_cast<std::uint64_t>(p.B * p.Tq) * 4u : 0;
   s.seg_kv = p.has_segments() ? static_cast<std::uint64_t>(p.B * p.Tk) * 4u : 0;
-  s.scratch =
-      materialises_scores(kernel, p, range) ? static_cast<std::uint64_t>(p.B * p.Hq * p.Tq * p.Tk) * 4u : 0;
+  s.scratch = plan.scratch_bytes;
   return s;
 }
 
@@ -133,28 +100,42 @@ const char* kernel_name(Kernel k) {
   return "?";
 }
 
-// Why the device `pd` cannot run `p` with `kernel`, or nullopt. Shared by check_inputs and run.
+// Why the device `pd` cannot run `p` with `kernel` as `sel` plans it, or nullopt. Shared by
+// check_inputs and run.
 std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem& p,
-                                           const rt::PhysicalDevice& pd) {
+                                           const rt::PhysicalDevice& pd, const Selection& sel) {
   const auto feature = [](std::string detail) { return Reason{ReasonCode::unsupported_feature, detail}; };
   if (!is_float(p.dtype))
     return Reason{ReasonCode::unsupported_dtype,
                   "q/k/v dtype " + std::string(dtype_name(p.dtype)) + " (expected f32, f16 or bf16)"};
-  if (p.D > kMaxHeadDim || p.Dv > kMaxHeadDim)
+  const std::int64_t max_dim = sel.variant == Variant::flash_rowwise ? kMaxRowwiseHeadDim : kMaxHeadDim;
+  if (p.D > max_dim || p.Dv > max_dim)
     return feature("head_dim D=" + std::to_string(p.D) + ", Dv=" + std::to_string(p.Dv) +
-                   " (the Vulkan shaders take head dims up to " + std::to_string(kMaxHeadDim) + ")");
+                   " (the Vulkan kernel " + variant_name(sel.variant) + " takes head dims up to " +
+                   std::to_string(max_dim) + (sel.not_taken.empty() ? "" : "; " + sel.not_taken.back()) +
+                   ")");
   if (p.want_weights && kernel != Kernel::vanilla)
     return feature(std::string("attention weights are computed by vanilla only, not by ") +
                    kernel_name(kernel));
   // Every index the shaders compute is a 32-bit int.
   const std::int64_t kIntMax = std::numeric_limits<std::int32_t>::max();
   if (p.Tq + p.Tk > kIntMax) return feature("Tq + Tk must fit in 32 bits");
+  PushConstants shape_only{};
+  shape_only.nq = static_cast<std::int32_t>(ceil_div(p.Tq, map_tile(sel).bq));
+  const LaunchPlan plan = plan_for(p, sel, shape_only);
   const std::uint64_t range = buffer_range(pd);
-  const Sizes s = sizes_of(kernel, p, range);
+  const Sizes s = sizes_of(p, plan);
   const std::pair<const char*, std::uint64_t> buffers[] = {
-      {"q", s.q},           {"k", s.k},           {"v", s.v},
-      {"out (f32)", s.out}, {"lse", s.lse},       {"bias", s.bias},
-      {"seg_q", s.seg_q},   {"seg_kv", s.seg_kv}, {"vanilla weights [B, Hq, Tq, Tk] f32", s.scratch},
+      {"q", s.q},
+      {"k", s.k},
+      {"v", s.v},
+      {"out (f32)", s.out},
+      {"lse", s.lse},
+      {"bias", s.bias},
+      {"seg_q", s.seg_q},
+      {"seg_kv", s.seg_kv},
+      {sel.variant == Variant::vanilla_gemm ? "vanilla weights [B, Hq, Tq, Tk] f32" : "split-KV partials",
+       s.scratch},
   };
   for (const auto& [name, bytes] : buffers) {
     if (bytes > range)
@@ -163,14 +144,18 @@ std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem
     if (bytes / 2 > static_cast<std::uint64_t>(kIntMax))  // 16-bit element indices must fit in an int
       return feature(std::string(name) + " has more than 2^31 elements");
   }
-  const std::int64_t nq = ceil_div(p.Tq, kBlockQ);
-  if (nq > pd.max_group_count[0] || p.Hq > pd.max_group_count[1] || p.B > pd.max_group_count[2])
-    return feature("dispatch of (" + std::to_string(nq) + ", " + std::to_string(p.Hq) + ", " +
-                   std::to_string(p.B) + ") workgroups exceeds maxComputeWorkGroupCount (" +
-                   std::to_string(pd.max_group_count[0]) + ", " + std::to_string(pd.max_group_count[1]) +
-                   ", " + std::to_string(pd.max_group_count[2]) + ")");
-  if (kBlockQ > pd.info.max_workgroup_invocations || kBlockQ > pd.max_group_size_x)
-    return feature("workgroups of " + std::to_string(kBlockQ) + " invocations exceed the device's limit");
+  for (const KernelStep& step : plan.steps) {
+    bool over = false;
+    for (int a = 0; a < 3; ++a)
+      over = over || step.groups[static_cast<std::size_t>(a)] > pd.max_group_count[a];
+    if (over)
+      return feature(std::string("dispatch of (") + std::to_string(step.groups[0]) + ", " +
+                     std::to_string(step.groups[1]) + ", " + std::to_string(step.groups[2]) +
+                     ") workgroups of " + shader_name(step.key.shader) +
+                     " exceeds maxComputeWorkGroupCount (" + std::to_string(pd.max_group_count[0]) + ", " +
+                     std::to_string(pd.max_group_count[1]) + ", " + std::to_string(pd.max_group_count[2]) +
+                     ")");
+  }
   return std::nullopt;
 }
 
@@ -194,10 +179,6 @@ void pack_bthd(const TensorView& t, void* dst) {
         std::memcpy(out, src + off * static_cast<std::int64_t>(es), row);
         out += row;
       }
-}
-
-std::int32_t clip32(std::int64_t v, std::int64_t hi) {
-  return static_cast<std::int32_t>(std::min(v, hi));
 }
 
 }  // namespace
@@ -226,7 +207,7 @@ std::optional<Reason> check_inputs(Kernel kernel, const AttentionProblem& p, con
   std::string why;
   const rt::PhysicalDevice* pd = selected_device(settings, &why);
   if (pd == nullptr) return Reason{ReasonCode::backend_unavailable, why};
-  return device_limits_reason(kernel, p, *pd);
+  return device_limits_reason(kernel, p, *pd, selection_for(kernel, p, *pd));
 }
 
 void run(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const GpuSettings& settings,
@@ -240,82 +221,49 @@ void run(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const Gp
   }
   rt::Context& ctx = rt::context(settings);  // backend_unavailable when no device qualifies
   const rt::PhysicalDevice& pd = ctx.physical();
-  if (auto reason = device_limits_reason(kernel, p, pd)) {
+  const Selection sel = selection_for(kernel, p, pd);
+  if (auto reason = device_limits_reason(kernel, p, pd, sel)) {
     const ErrorCode code = reason->code == ReasonCode::unsupported_dtype ? ErrorCode::unsupported_dtype
                                                                          : ErrorCode::unsupported_feature;
     throw Error(code, "Vulkan: " + reason->detail);
   }
 
-  // The block map at the GPU's tile sizes: the caller's when it already has them, else our own
-  // (from the shared cache). The shaders' tile sizes are set by the workgroup size and the
-  // one-uint-per-row visibility masks, not by the CPU kernels' block sizes.
+  // The block map at the kernel's tile sizes: the caller's when it already has them, else our own
+  // (from the shared cache). The GPU tiles are set by the selected kernel (workgroup rows, keys
+  // per staged tile), not by the CPU kernels' block sizes.
+  const MapTile tile = map_tile(sel);
   std::shared_ptr<const BlockMap> owned_map;
-  if (map != nullptr && map->bq == kBlockQ && map->bk == kBlockK && map->Tq == p.Tq && map->Tk == p.Tk &&
+  if (map != nullptr && map->bq == tile.bq && map->bk == tile.bk && map->Tq == p.Tq && map->Tk == p.Tk &&
       (map->heads == 1 || map->heads == p.Hq)) {
     owned_map = std::shared_ptr<const BlockMap>(std::shared_ptr<const BlockMap>(), map);  // non-owning
   } else {
-    owned_map = get_block_map(p.mask, p.Hq, p.Tq, p.Tk, kBlockQ, kBlockK);
+    owned_map = get_block_map(p.mask, p.Hq, p.Tq, p.Tk, tile.bq, tile.bk);
   }
-  const TilePlan plan = make_tile_plan(p.mask, owned_map);
-  const BlockMap& bm = *plan.map;
+  const TilePlan tiles = make_tile_plan(p.mask, owned_map);
+  const BlockMap& bm = *tiles.map;
   const std::uint64_t bits_bytes = bm.bits.size() * sizeof(std::uint64_t);
   const std::uint64_t range = buffer_range(pd);
-  if (bits_bytes > range || plan.entries.size() * 4u > range)
+  if (bits_bytes > range || tiles.entries.size() * 4u > range)
     throw Error(ErrorCode::unsupported_feature, "the Vulkan block map (" +
-                                                    mib(bits_bytes + plan.entries.size() * 8u) +
+                                                    mib(bits_bytes + tiles.entries.size() * 8u) +
                                                     ") exceeds maxStorageBufferRange (" + mib(range) + ")");
-
-  PushConstants pc{};
-  pc.B = static_cast<std::int32_t>(p.B);
-  pc.Tq = static_cast<std::int32_t>(p.Tq);
-  pc.Tk = static_cast<std::int32_t>(p.Tk);
-  pc.Hq = static_cast<std::int32_t>(p.Hq);
-  pc.Hkv = static_cast<std::int32_t>(p.Hkv);
-  pc.D = static_cast<std::int32_t>(p.D);
-  pc.Dv = static_cast<std::int32_t>(p.Dv);
-  pc.scale = static_cast<float>(p.scale);
-  pc.soft_cap = p.soft_cap ? static_cast<float>(*p.soft_cap) : 0.f;
-  pc.win_left = pc.win_right = -1;
-  if (plan.param) {
-    // Bounds past the sequence act like no bound; clipping keeps the shader's int math exact.
-    const std::int64_t span = p.Tq + p.Tk;
-    pc.flags |= kParamMask | (plan.param->causal ? kCausal : 0u);
-    if (plan.param->left >= 0) pc.win_left = clip32(plan.param->left, span);
-    if (plan.param->right >= 0) pc.win_right = clip32(plan.param->right, span);
-    if (plan.param->chunk > 0) pc.chunk = clip32(plan.param->chunk, std::max<std::int64_t>(p.Tk, 1));
-  }
-  if (p.has_segments()) pc.flags |= kSegments;
-  if (p.bias) pc.flags |= kBias;
-  if (p.sinks) pc.flags |= kSinks;
-  if (p.want_lse) pc.flags |= kLse;
-  if (p.soft_cap) pc.flags |= kSoftCap;
-  // Rows of whole 16-byte vectors start 16-byte aligned in the packed buffers: fetch k and v rows
-  // a vector at a time.
-  const std::size_t es = dtype_size(p.dtype);
-  if ((static_cast<std::size_t>(p.D) * es) % 16 == 0 && (static_cast<std::size_t>(p.Dv) * es) % 16 == 0)
-    pc.flags |= kVec;
-  pc.bias_stride_b = static_cast<std::uint32_t>(p.bias_stride_b);
-  pc.bias_stride_h = static_cast<std::uint32_t>(p.bias_stride_h);
-  pc.map_heads = static_cast<std::int32_t>(bm.heads);
-  pc.nq = static_cast<std::int32_t>(bm.nq);
-  pc.words_per_row = static_cast<std::int32_t>(bm.words_per_row * 2);  // uint64 -> uint words
-
-  const std::int64_t dmax_need = std::max(p.D, p.Dv);
-  const Sizes sz = sizes_of(kernel, p, range);
-  const rt::PipelineKey key{sz.scratch > 0 ? rt::Shader::vanilla : rt::Shader::flash,
-                            static_cast<std::uint32_t>(kBlockQ), dtype_code(p.dtype),
-                            dmax_need <= 64    ? 64u
-                            : dmax_need <= 128 ? 128u
-                                               : 256u,
-                            static_cast<std::uint32_t>(kBlockK)};
+  const LaunchPlan plan = plan_for(p, sel, base_push(p, tiles));
+  const Sizes sz = sizes_of(p, plan);
 
   std::lock_guard<std::mutex> lock(ctx.mutex());
   VkDevice dev = ctx.device();
-  const VkPipeline pipeline = ctx.pipeline(key);
+  std::vector<rt::DispatchStep> steps(plan.steps.size());
+  for (std::size_t i = 0; i < plan.steps.size(); ++i) {
+    steps[i].pipeline = ctx.pipeline(plan.steps[i].key);
+    steps[i].push = &plan.steps[i].push;
+    steps[i].push_bytes = sizeof(PushConstants);
+    for (int a = 0; a < 3; ++a) steps[i].groups[a] = plan.steps[i].groups[static_cast<std::size_t>(a)];
+  }
   ctx.persist_cache(settings.pipeline_cache);
 
   // One buffer per binding; absent inputs get a small dummy (every binding of the layout must
   // be valid), writable ones their own so no two bindings alias.
+  static_assert(kBindingCount == rt::Context::kBindings);
   rt::Buffer bufs[rt::Context::kBindings];
   const std::uint64_t bytes[rt::Context::kBindings] = {sz.q,
                                                        sz.k,
@@ -326,9 +274,9 @@ void run(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const Gp
                                                        p.sinks ? static_cast<std::uint64_t>(p.Hq) * 4u : 0u,
                                                        sz.seg_q,
                                                        sz.seg_kv,
-                                                       plan.row_start.size() * 4u,
-                                                       plan.entries.size() * 4u,
-                                                       plan.part_index.size() * 4u,
+                                                       tiles.row_start.size() * 4u,
+                                                       tiles.entries.size() * 4u,
+                                                       tiles.part_index.size() * 4u,
                                                        bits_bytes,
                                                        sz.scratch};
   for (std::uint32_t b = 0; b < rt::Context::kBindings; ++b)
@@ -343,14 +291,12 @@ void run(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const Gp
     std::memcpy(bufs[bSegQ].mapped, p.seg_q, sz.seg_q);
     std::memcpy(bufs[bSegKv].mapped, p.seg_kv, sz.seg_kv);
   }
-  std::memcpy(bufs[bRowStart].mapped, plan.row_start.data(), plan.row_start.size() * 4u);
-  if (!plan.entries.empty()) {
-    std::memcpy(bufs[bEntries].mapped, plan.entries.data(), plan.entries.size() * 4u);
-    std::memcpy(bufs[bPartIndex].mapped, plan.part_index.data(), plan.part_index.size() * 4u);
+  std::memcpy(bufs[bRowStart].mapped, tiles.row_start.data(), tiles.row_start.size() * 4u);
+  if (!tiles.entries.empty()) {
+    std::memcpy(bufs[bEntries].mapped, tiles.entries.data(), tiles.entries.size() * 4u);
+    std::memcpy(bufs[bPartIndex].mapped, tiles.part_index.data(), tiles.part_index.size() * 4u);
   }
   if (bits_bytes > 0) std::memcpy(bufs[bBits].mapped, bm.bits.data(), bits_bytes);
-  // vanilla only writes the scores of listed tiles: the rest must read back as weight 0.
-  if (sz.scratch > 0) std::memset(bufs[bScratch].mapped, 0, sz.scratch);
   for (const rt::Buffer& b : bufs) rt::flush(dev, b);
 
   if (debug::inject_fault_active())
@@ -358,9 +304,7 @@ void run(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const Gp
                 "Vulkan: injected fault before vkQueueSubmit (VK_ERROR_DEVICE_LOST, "
                 "debug::set_inject_fault or ATTNOPS_VK_INJECT_FAULT=1)");
 
-  const std::uint32_t groups[3] = {static_cast<std::uint32_t>(bm.nq), static_cast<std::uint32_t>(p.Hq),
-                                   static_cast<std::uint32_t>(p.B)};
-  ctx.dispatch(pipeline, bufs, &pc, sizeof pc, groups);
+  ctx.dispatch_steps(bufs, steps.data(), steps.size());
 
   // Success: only now are the caller's buffers written.
   rt::invalidate(dev, bufs[bOut]);
@@ -385,10 +329,11 @@ void run(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const Gp
     rt::invalidate(dev, bufs[bLse]);
     std::memcpy(buffers.lse->data(), bufs[bLse].mapped, sz.lse);
   }
-  if (buffers.weights && sz.scratch > 0) {
+  if (buffers.weights && sel.variant == Variant::vanilla_gemm) {
     rt::invalidate(dev, bufs[bScratch]);
-    std::memcpy(buffers.weights->data(), bufs[bScratch].mapped, sz.scratch);
+    std::memcpy(buffers.weights->data(), bufs[bScratch].mapped, buffers.weights->numel() * 4u);
   }
+  buffers.run = RunInfo{sel.kernel(), sel.detail()};
 }
 
 }  // namespace attnops::vulkan

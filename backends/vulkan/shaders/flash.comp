@@ -81,8 +81,8 @@ void main() {
 
   const uint obase = uint(((b * pc.Tq + i) * pc.Hq + h) * pc.Dv);
   const uint lse_at = uint((b * pc.Hq + h) * pc.Tq + i);
-  // A fully masked row (or one whose every logit underflowed to 0 weight) gives 0 and -inf.
-  if (!seen || !(l > 0.0)) {
+  // A fully masked row (every logit masked or -inf) gives 0 and -inf; a NaN l propagates.
+  if (!seen || l == 0.0) {
     if (has(FLAG_LSE)) lse_f32[lse_at] = uintBitsToFloat(0xff800000u);
     for (int d = 0; d < pc.Dv; ++d) out_f32[obase + uint(d)] = 0.0;
     return;
