@@ -27,9 +27,9 @@
 #include <vector>
 
 #include "attnops/attnops.h"
-#include "bench/bench_inputs.h"
 #include "backends/vulkan/vulkan_debug.h"
 #include "backends/vulkan/vulkan_sgemm.h"
+#include "bench/bench_inputs.h"
 
 namespace {
 
@@ -65,8 +65,8 @@ void run_attention(benchmark::State& state, const std::string& op, DType dt, boo
   const attnops::AttentionOutput warm = attn(q, k, v, opt);  // creates the pipelines
   if (force && warm.decision.run.kernel.rfind(attnops::vulkan::variant_name(*force), 0) != 0) {
     attnops::vulkan::debug::clear_kernel_override();
-    state.SkipWithError(("the device cannot run " + std::string(attnops::vulkan::variant_name(*force)) + ": " +
-                         warm.decision.run.kernel_detail)
+    state.SkipWithError(("the device cannot run " + std::string(attnops::vulkan::variant_name(*force)) +
+                         ": " + warm.decision.run.kernel_detail)
                             .c_str());
     return;
   }
@@ -80,7 +80,8 @@ void run_attention(benchmark::State& state, const std::string& op, DType dt, boo
   state.counters["GFLOPs_visible"] =
       benchmark::Counter(4.0 * static_cast<double>(s.B * s.H * s.D) * pairs * 1e-9,
                          benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(plan.op + "/" + std::string(attnops::backend_name(plan.backend)) + "/" + warm.decision.run.kernel);
+  state.SetLabel(plan.op + "/" + std::string(attnops::backend_name(plan.backend)) + "/" +
+                 warm.decision.run.kernel);
 }
 
 void BM_VulkanSgemm(benchmark::State& state) {
@@ -112,17 +113,19 @@ BENCHMARK(BM_VulkanSgemm)
 
 void register_all() {
   // Issue 9's lavapipe target: the tiled flash kernel against the first one, B1 H8 T512 D64 f32.
-  for (auto variant : {attnops::vulkan::Variant::flash_rowwise, attnops::vulkan::Variant::flash_subgroup,
-                       attnops::vulkan::Variant::flash_coopmat_nv, attnops::vulkan::Variant::flash_coopmat_khr})
+  for (auto variant :
+       {attnops::vulkan::Variant::flash_rowwise, attnops::vulkan::Variant::flash_subgroup,
+        attnops::vulkan::Variant::flash_coopmat_nv, attnops::vulkan::Variant::flash_coopmat_khr})
     for (DType dt : {DType::f32, DType::f16})
       for (bool causal : {false, true}) {
         const std::string name = std::string("VulkanKernel/") + attnops::vulkan::variant_name(variant) + "/" +
                                  std::string(attnops::dtype_name(dt)) + (causal ? "/causal" : "/full") +
                                  "/B1_H8_T512_D64";
-        benchmark::RegisterBenchmark(name.c_str(),
-                                     [=](benchmark::State& st) {
-                                       run_attention(st, "flash_attn2", dt, causal, Shape{1, 8, 512, 64}, variant);
-                                     })
+        benchmark::RegisterBenchmark(
+            name.c_str(),
+            [=](benchmark::State& st) {
+              run_attention(st, "flash_attn2", dt, causal, Shape{1, 8, 512, 64}, variant);
+            })
             ->Unit(benchmark::kMillisecond)
             ->UseRealTime()
             ->MinTime(0.5);

@@ -139,22 +139,22 @@ void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmRes
   out << "# " << kFlopsNote << "\n";
   char line[512];
   std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-23s %-22s %-5s %-6s %10s %9s %8s %9s  %s\n",
-                "operator", "asked", "ran", "backend", "kernel", "shape", "dtype", "causal", "median_ms", "GFLOP/s",
-                "vs_sgemm", "max_err", "reasons");
+                "operator", "asked", "ran", "backend", "kernel", "shape", "dtype", "causal", "median_ms",
+                "GFLOP/s", "vs_sgemm", "max_err", "reasons");
   out << line;
   if (sgemm.n > 0) {
     const std::string shape = std::to_string(sgemm.n) + "^3";
-    std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-23s %-22s %-5s %-6s %10.3f %9.1f %8.2f %9s  %s\n",
-                  "eigen_sgemm", "-", "sgemm", "cpu", "eigen", shape.c_str(), "f32", "-", sgemm.median_ms,
-                  sgemm.gflops, 1.0, "-", "");
+    std::snprintf(line, sizeof line,
+                  "%-12s %-7s %-12s %-7s %-23s %-22s %-5s %-6s %10.3f %9.1f %8.2f %9s  %s\n", "eigen_sgemm",
+                  "-", "sgemm", "cpu", "eigen", shape.c_str(), "f32", "-", sgemm.median_ms, sgemm.gflops, 1.0,
+                  "-", "");
     out << line;
   }
   for (const Row& r : rows) {
     std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-23s %-22s %-5s %-6s %10s %9s %8s %9s  %s\n",
                   r.op.c_str(), r.backend_requested.c_str(), r.ran.empty() ? "-" : r.ran.c_str(),
                   r.backend.empty() ? "-" : r.backend.c_str(), r.kernel.empty() ? "-" : r.kernel.c_str(),
-                  r.shape.label().c_str(),
-                  std::string(dtype_name(r.dtype)).c_str(), r.causal ? "yes" : "no",
+                  r.shape.label().c_str(), std::string(dtype_name(r.dtype)).c_str(), r.causal ? "yes" : "no",
                   fmt("%.3f", r.median_ms).c_str(), fmt("%.1f", r.gflops).c_str(),
                   fmt("%.3f", r.vs_sgemm).c_str(), fmt("%.2e", r.max_err).c_str(),
                   r.error.empty() ? r.reasons.c_str() : ("error: " + r.error).c_str());
@@ -183,11 +183,10 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Sgem
       << num(sgemm.gflops) << ",1,,,\n";
   for (const Row& r : rows)
     f << r.op << "," << r.backend_requested << "," << r.ran << "," << r.backend << "," << r.kernel << ","
-      << r.shape.B << ","
-      << r.shape.Hq << "," << r.shape.Hkv << "," << r.shape.Tq << "," << r.shape.Tk << "," << r.shape.D << ","
-      << dtype_name(r.dtype) << "," << (r.causal ? "true" : "false") << "," << num(r.median_ms) << ","
-      << num(r.gflops) << "," << num(r.vs_sgemm) << "," << num(r.max_err) << "," << csv_quote(r.reasons)
-      << "," << csv_quote(r.error) << "\n";
+      << r.shape.B << "," << r.shape.Hq << "," << r.shape.Hkv << "," << r.shape.Tq << "," << r.shape.Tk << ","
+      << r.shape.D << "," << dtype_name(r.dtype) << "," << (r.causal ? "true" : "false") << ","
+      << num(r.median_ms) << "," << num(r.gflops) << "," << num(r.vs_sgemm) << "," << num(r.max_err) << ","
+      << csv_quote(r.reasons) << "," << csv_quote(r.error) << "\n";
   if (!f) throw Error(ErrorCode::io_error, "--csv " + path + ": write failed");
 }
 

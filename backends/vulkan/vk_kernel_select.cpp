@@ -444,9 +444,12 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
   if (forced && *force.variant != Variant::flash_rowwise) {
     // The forced variant cannot run this problem: the normal choice, saying so.
     Selection normal = select_kernel(dev, caps, p, KernelOverride{});
-    normal.not_taken.insert(normal.not_taken.begin(), s.not_taken.begin() + 1, s.not_taken.end());
-    normal.not_taken.insert(normal.not_taken.begin(),
-                            std::string("forced ") + variant_name(*force.variant) + " not possible");
+    std::vector<std::string> notes{std::string("forced ") + variant_name(*force.variant) + " not possible"};
+    for (const std::string& r : s.not_taken)
+      if (r.rfind("forced ", 0) != 0 &&
+          std::find(normal.not_taken.begin(), normal.not_taken.end(), r) == normal.not_taken.end())
+        notes.push_back(r);
+    normal.not_taken.insert(normal.not_taken.begin(), notes.begin(), notes.end());
     return normal;
   }
   s.variant = Variant::flash_rowwise;

@@ -28,7 +28,8 @@ AttentionBuffers run_forced(Kernel kernel, const AttentionProblem& p, const Kern
   vulkan::debug::set_kernel_override(force);
   try {
     std::shared_ptr<const BlockMap> map;
-    if (kernel != Kernel::vanilla) map = get_block_map(p.mask, p.Hq, p.Tq, p.Tk, p.blocksize_q, p.blocksize_k);
+    if (kernel != Kernel::vanilla)
+      map = get_block_map(p.mask, p.Hq, p.Tq, p.Tk, p.blocksize_q, p.blocksize_k);
     vulkan::run(kernel, p, map.get(), software_ok(), b);
   } catch (...) {
     vulkan::debug::clear_kernel_override();
@@ -56,7 +57,8 @@ class VulkanKernels : public VulkanTest {
   }
 };
 
-void expect_parity(Kernel kernel, const Case& c, const KernelOverride& force, const std::string& expect_kernel) {
+void expect_parity(Kernel kernel, const Case& c, const KernelOverride& force,
+                   const std::string& expect_kernel) {
   const AttentionProblem p = problem_for(c);
   const AttentionBuffers b = run_forced(kernel, p, force);
   SCOPED_TRACE(c.describe() + " -> " + b.run.kernel + ": " + b.run.kernel_detail);
@@ -84,14 +86,16 @@ TEST_F(VulkanKernels, GpuShapeWithShufflesAndBarriers) {
 TEST_F(VulkanKernels, SplitKvOnPrefillWithSinksAndLse) {
   std::uint64_t seed = 2100;
   const KernelOverride split = tiles("split=3");
-  expect_parity(Kernel::flash, make_case(Spec().shape(1, 40, 200).heads(4, 1).dim(64).causal(true).sinks(), ++seed),
-                split, "flash_subgroup+split_kv");
+  expect_parity(Kernel::flash,
+                make_case(Spec().shape(1, 40, 200).heads(4, 1).dim(64).causal(true).sinks(), ++seed), split,
+                "flash_subgroup+split_kv");
   // A chunk whose keys are all masked for a row (causal: the first rows see one chunk only).
   expect_parity(Kernel::flash,
-                make_case(Spec().shape(2, 33, 150).heads(2, 2).dim(64).causal(true).window(20, 0), ++seed), split,
-                "flash_subgroup+split_kv");
+                make_case(Spec().shape(2, 33, 150).heads(2, 2).dim(64).causal(true).window(20, 0), ++seed),
+                split, "flash_subgroup+split_kv");
   // Split in the GPU shape too.
-  expect_parity(Kernel::flash, make_case(Spec().shape(1, 9, 300).heads(4, 2).dim(40).causal(false).bias(), ++seed),
+  expect_parity(Kernel::flash,
+                make_case(Spec().shape(1, 9, 300).heads(4, 2).dim(40).causal(false).bias(), ++seed),
                 tiles("ds=2,rpt=2,ku=8,rows=16,split=5"), "flash_subgroup+split_kv");
 }
 
@@ -103,8 +107,10 @@ TEST_F(VulkanKernels, DecodeSplitKvUpTo32kKeys) {
     std::int64_t Tk, Hq, Hkv;
     DType t;
   };
-  for (const Shape& s : {Shape{32768, 8, 1, DType::f32}, Shape{4097, 16, 1, DType::f16}, Shape{2500, 4, 4, DType::bf16}}) {
-    Case c = make_case(Spec().shape(1, 1, s.Tk).heads(s.Hq, s.Hkv).dim(64).dtype(s.t).causal(true).sinks(), ++seed);
+  for (const Shape& s :
+       {Shape{32768, 8, 1, DType::f32}, Shape{4097, 16, 1, DType::f16}, Shape{2500, 4, 4, DType::bf16}}) {
+    Case c = make_case(Spec().shape(1, 1, s.Tk).heads(s.Hq, s.Hkv).dim(64).dtype(s.t).causal(true).sinks(),
+                       ++seed);
     const AttentionProblem p = problem_for(c);
     const AttentionBuffers b = run_forced(Kernel::vanilla, p, {});
     SCOPED_TRACE(c.describe() + " -> " + b.run.kernel + ": " + b.run.kernel_detail);
@@ -114,10 +120,10 @@ TEST_F(VulkanKernels, DecodeSplitKvUpTo32kKeys) {
   }
   // A sliding window over a long cache, and a few query rows (speculative decoding).
   expect_parity(Kernel::vanilla,
-                make_case(Spec().shape(2, 1, 20000).heads(4, 2).dim(64).causal(true).window(3000, 0), ++seed), {},
-                "flash_subgroup+split_kv");
-  expect_parity(Kernel::flash, make_case(Spec().shape(1, 4, 9000).heads(8, 2).dim(64).causal(true), ++seed), {},
-                "flash_subgroup+split_kv");
+                make_case(Spec().shape(2, 1, 20000).heads(4, 2).dim(64).causal(true).window(3000, 0), ++seed),
+                {}, "flash_subgroup+split_kv");
+  expect_parity(Kernel::flash, make_case(Spec().shape(1, 4, 9000).heads(8, 2).dim(64).causal(true), ++seed),
+                {}, "flash_subgroup+split_kv");
   // With the weights asked for, vanilla keeps its GEMM path.
   Case w = make_case(Spec().shape(1, 1, 3000).heads(2, 1).dim(64).causal(true), ++seed);
   w.options.return_weights = true;
@@ -131,8 +137,9 @@ TEST_F(VulkanKernels, DecodeSplitKvUpTo32kKeys) {
 TEST_F(VulkanKernels, RowwiseBaselineWhenForced) {
   KernelOverride rowwise;
   rowwise.variant = Variant::flash_rowwise;
-  expect_parity(Kernel::flash, make_case(Spec().shape(1, 45, 60).heads(4, 2).dim(64).causal(true).sinks(), 2300),
-                rowwise, "flash_rowwise");
+  expect_parity(Kernel::flash,
+                make_case(Spec().shape(1, 45, 60).heads(4, 2).dim(64).causal(true).sinks(), 2300), rowwise,
+                "flash_rowwise");
 }
 
 // ---- non-finite inputs (the library's policy) ----
@@ -189,7 +196,7 @@ TEST_F(VulkanKernels, MinusInfinityBiasMasksAndInfiniteSinkTakesTheMass) {
   Case c = make_case(Spec().shape(1, 20, 30).heads(2, 2).dim(40).causal(false).bias().sinks(), 2500);
   float* bias = c.bias->data_as<float>();  // [1, 2, 20, 30]
   const float ninf = -std::numeric_limits<float>::infinity();
-  for (std::int64_t j = 0; j < 30; ++j) bias[4 * 30 + j] = ninf;      // head 0, row 4: every key
+  for (std::int64_t j = 0; j < 30; ++j) bias[4 * 30 + j] = ninf;     // head 0, row 4: every key
   for (std::int64_t j = 0; j < 30; j += 2) bias[7 * 30 + j] = ninf;  // head 0, row 7: even keys
   at(c.v, 0, 0, 0, 2) = std::numeric_limits<float>::quiet_NaN();     // key 0 of kv head 0
   c.sinks->data_as<float>()[1] = std::numeric_limits<float>::infinity();

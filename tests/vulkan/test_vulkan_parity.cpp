@@ -78,7 +78,8 @@ TEST_F(VulkanParity, ShapesAndGqa) {
   };
   const Shape shapes[] = {{1, 1, 37}, {2, 17, 45}, {1, 45, 17}, {2, 33, 33}, {1, 70, 101}, {1, 1, 1}};
   // GQA ratios 1, 2, 4, 8, 16.
-  const std::pair<std::int64_t, std::int64_t> heads[] = {{1, 1}, {2, 1}, {4, 1}, {8, 1}, {4, 2}, {8, 4}, {16, 1}};
+  const std::pair<std::int64_t, std::int64_t> heads[] = {{1, 1}, {2, 1}, {4, 1}, {8, 1},
+                                                         {4, 2}, {8, 4}, {16, 1}};
   std::uint64_t seed = 200;
   for (const Shape& s : shapes)
     for (const auto& [Hq, Hkv] : heads) {

@@ -73,7 +73,8 @@ DeviceDesc wave64() {  // an AMD-like device: subgroups of 32 or 64 lanes, 64 Ki
   return d;
 }
 
-ProblemShape prefill(DType t, std::int64_t D = 128, std::int64_t T = 4096, std::int64_t Hq = 16, std::int64_t Hkv = 16) {
+ProblemShape prefill(DType t, std::int64_t D = 128, std::int64_t T = 4096, std::int64_t Hq = 16,
+                     std::int64_t Hkv = 16) {
   ProblemShape p;
   p.dtype = t;
   p.B = 1;
@@ -113,7 +114,8 @@ TEST(VulkanSelect, LavapipeTakesTheSubgroupKernelInItsCpuShape) {
   EXPECT_EQ(s.subgroup.nsplit, 1u);
   EXPECT_LE(s.subgroup.shared_bytes, 32768u);
   EXPECT_TRUE(mentions(s, "flash_coopmat_khr: not compiled in")) << s.detail();
-  EXPECT_TRUE(mentions(s, "flash_coopmat_nv: the device does not offer VK_NV_cooperative_matrix")) << s.detail();
+  EXPECT_TRUE(mentions(s, "flash_coopmat_nv: the device does not offer VK_NV_cooperative_matrix"))
+      << s.detail();
   // Wider heads: fewer rows per lane, smaller tiles within the 32 KiB of shared memory.
   const Selection wide = vulkan::select_kernel(lavapipe(), kDebian12, prefill(DType::f32, 512, 512, 8, 8));
   EXPECT_EQ(wide.variant, Variant::flash_subgroup) << wide.detail();
@@ -135,7 +137,8 @@ TEST(VulkanSelect, H100F16TakesCooperativeMatricesKhrFirst) {
   // Debian 12's glslc: the NV path, and the decision says why not KHR.
   const Selection nv = vulkan::select_kernel(h100(), kDebian12, prefill(DType::f16));
   EXPECT_EQ(nv.variant, Variant::flash_coopmat_nv) << nv.detail();
-  EXPECT_TRUE(mentions(nv, "flash_coopmat_khr: not compiled in (this build's glslc lacks GL_KHR_cooperative_matrix"))
+  EXPECT_TRUE(
+      mentions(nv, "flash_coopmat_khr: not compiled in (this build's glslc lacks GL_KHR_cooperative_matrix"))
       << nv.detail();
   // A device that lists no 16x16x16 f16 -> f32 shape.
   DeviceDesc dev = h100();
@@ -290,7 +293,8 @@ TEST(VulkanSelect, TilesAreConsistentEverywhere) {
                 const auto& k = s.subgroup;
                 EXPECT_LE(k.wg, dev.max_invocations);
                 EXPECT_EQ(k.wg % dev.max_subgroup_size, 0u);
-                EXPECT_LE(static_cast<std::uint64_t>(k.q_rows) * k.head_rows, static_cast<std::uint64_t>(k.wg) / k.ds * k.rpt);
+                EXPECT_LE(static_cast<std::uint64_t>(k.q_rows) * k.head_rows,
+                          static_cast<std::uint64_t>(k.wg) / k.ds * k.rpt);
                 EXPECT_EQ(G % k.head_rows, 0);
                 EXPECT_GE(4 * k.ds * k.dk4, D);
                 EXPECT_GE(4 * k.ds * k.dv4, D);
@@ -303,7 +307,8 @@ TEST(VulkanSelect, TilesAreConsistentEverywhere) {
                 EXPECT_LE(s.coop.shared_bytes, dev.shared_memory_bytes);
                 EXPECT_GE(s.coop.dpad, D);
                 EXPECT_EQ(G % s.coop.head_rows, 0);
-                EXPECT_LE(static_cast<std::uint64_t>(s.coop.q_rows) * s.coop.head_rows, 16u * s.coop.subgroups);
+                EXPECT_LE(static_cast<std::uint64_t>(s.coop.q_rows) * s.coop.head_rows,
+                          16u * s.coop.subgroups);
               } else {
                 ADD_FAILURE() << "unexpected variant";
               }
