@@ -86,8 +86,9 @@ struct PhysicalDevice {
   std::uint32_t max_group_size_x = 0;
   std::uint32_t max_push_constants = 0;
   std::uint64_t max_allocation = 0;  // VkPhysicalDeviceMaintenance3Properties
-  DeviceDesc
-      desc;  // what the kernel selection reads (vk_device_query.h); optional features in it are enabled
+  // What the kernel selection reads (vk_device_query.h); the optional features it lists are
+  // enabled when the context creates the device.
+  DeviceDesc desc;
 };
 
 // The process-wide instance. Created on first use; ATTNOPS_VK_VALIDATION=1 at that moment
@@ -186,7 +187,7 @@ class Context {
   bool broken() const { return !broken_reason_.empty(); }
   const std::string& broken_reason() const { return broken_reason_; }
   void mark_broken(std::string why) { broken_reason_ = std::move(why); }
-  static constexpr std::uint32_t kBindings = 14;            // bindings 0..13 of common.glsl
+  static constexpr std::uint32_t kBindings = 14;            // bindings 0..13 of attn_io.glsl
   static constexpr std::uint32_t kPushConstantBytes = 128;  // the minimum every device offers
 
  private:

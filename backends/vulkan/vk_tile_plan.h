@@ -1,7 +1,7 @@
 // What the shaders need to know about the static mask of one problem (host side, no Vulkan):
 // the block map flattened into GPU arrays, and, when the mask is a conjunction of causal,
 // local and chunked-causal parts, the parameters with which partial tiles evaluate it in the
-// shader instead of reading a bitset. Buffer layouts: see shaders/common.glsl.
+// shader instead of reading a bitset. Buffer layouts: see shaders/attn_io.glsl.
 #pragma once
 
 #include <cstdint>
