@@ -193,8 +193,12 @@ void main() {
         const float m_new = max(m[r], step_max);
         const float alpha = exp(m[r] - m_new);
         m[r] = m_new;
-        l[r] *= alpha;
-        [[unroll]] for (uint k = 0; k < DV4; ++k) o[r][k] *= alpha;
+        // alpha is 1 unless the running max grew (rare after the first keys): skip the rescale
+        // then. A NaN alpha rescales, and propagates.
+        if (alpha != 1.0) {
+          l[r] *= alpha;
+          [[unroll]] for (uint k = 0; k < DV4; ++k) o[r][k] *= alpha;
+        }
         [[unroll]] for (uint c = 0; c < KU; ++c) {
           s[r][c] = exp(s[r][c] - m_new);
           l[r] += s[r][c];
