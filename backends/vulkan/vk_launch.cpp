@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "attnops/error.h"
+
 namespace attnops::vulkan {
 
 namespace {
@@ -125,8 +127,10 @@ LaunchPlan plan_flash(const AttentionProblem& p, const Selection& s, const PushC
       plan.steps.push_back(step);
       break;
     }
-    case Variant::flash_rowwise:
-    case Variant::vanilla_gemm: {
+    case Variant::vanilla_gemm:
+      throw Error(ErrorCode::internal,
+                  "vulkan: plan_flash called for vanilla_gemm (plan_vanilla_gemm plans it)");
+    case Variant::flash_rowwise: {
       // Specialization of flash.comp: BQ, DTYPE, DMAX (private arrays), BK.
       const std::int64_t dmax = std::max(p.D, p.Dv);
       step.key.shader = ShaderId::flash_rowwise;
