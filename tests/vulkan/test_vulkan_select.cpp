@@ -104,13 +104,17 @@ TEST(VulkanSelect, LavapipeTakesTheSubgroupKernelInItsCpuShape) {
   const Selection s = vulkan::select_kernel(lavapipe(), kDebian12, prefill(DType::f32, 64, 512, 8, 8));
   EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
   EXPECT_EQ(s.kernel(), "flash_subgroup");
-  // One subgroup per workgroup (no workgroup barrier), whole rows per lane, 4 rows per lane.
+  // One subgroup per workgroup (no workgroup barrier), whole rows per lane, 8 rows per lane on a
+  // prefill-sized problem, 4 on a small one.
   EXPECT_EQ(s.subgroup.wg, 8u);
   EXPECT_TRUE(s.subgroup.one_subgroup);
   EXPECT_EQ(s.subgroup.ds, 1u);
-  EXPECT_EQ(s.subgroup.rpt, 4u);
+  EXPECT_EQ(s.subgroup.rpt, 8u);
   EXPECT_EQ(s.subgroup.ku, 1u);
-  EXPECT_EQ(s.subgroup.q_rows, 32u);
+  EXPECT_EQ(s.subgroup.q_rows, 64u);
+  const Selection small = vulkan::select_kernel(lavapipe(), kDebian12, prefill(DType::f32, 64, 100, 2, 2));
+  EXPECT_EQ(small.subgroup.rpt, 4u);
+  EXPECT_EQ(small.subgroup.q_rows, 32u);
   EXPECT_EQ(s.subgroup.bc, 32u);
   EXPECT_EQ(s.subgroup.nsplit, 1u);
   EXPECT_LE(s.subgroup.shared_bytes, 32768u);
