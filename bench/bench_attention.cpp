@@ -37,6 +37,7 @@
 
 #include "attnops/attnops.h"
 #include "bench/bench_inputs.h"
+#include "bench/bench_sgemm.h"
 
 namespace {
 
@@ -44,22 +45,8 @@ using attnops::Backend;
 using attnops::DType;
 using attnops::Tensor;
 
+using attnops::bench::BM_Sgemm;
 using attnops::bench::filled;
-
-void BM_Sgemm(benchmark::State& state) {
-  const Eigen::Index n = state.range(0);
-  Eigen::setNbThreads(omp_get_max_threads());
-  const Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n);
-  Eigen::MatrixXf c(n, n);
-  for (auto _ : state) {
-    c.noalias() = a * b;
-    benchmark::DoNotOptimize(c.data());
-    benchmark::ClobberMemory();
-  }
-  state.counters["GFLOPs"] = benchmark::Counter(
-      2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) * 1e-9,
-      benchmark::Counter::kIsIterationInvariantRate);
-}
 
 struct Shape {
   std::int64_t B, H, T, D;
@@ -153,11 +140,18 @@ void register_all() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_benchmarks(int argc, char** argv) {
   register_all();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
+}
+
+// The GPU state is released before main returns (never from a static destructor: gpu.h).
+int main(int argc, char** argv) {
+  const int status = run_benchmarks(argc, argv);
+  attnops::release_gpu();
+  return status;
 }

@@ -9,10 +9,13 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <Eigen/Core>
 
+#include "backends/common/threads.h"
+
 namespace attnops::cli {
 
 SgemmResult measure_sgemm(int n, int repeats, int threads) {
-  if (threads > 0) Eigen::setNbThreads(threads);
+  // The attention rows' thread count (backends/common/threads.h), clamped the same way.
+  Eigen::setNbThreads(worker_threads(threads));
   const Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n);
   Eigen::MatrixXf c(n, n);
   c.noalias() = a * b;  // warm-up: page faults, thread pool start

@@ -69,6 +69,14 @@ inline V16 abs(V16 a) {
 inline Mask16 eq(V16 a, V16 b) {
   return _mm512_cmp_ps_mask(a.v, b.v, _CMP_EQ_OQ);
 }
+// Lanes that are not 0 (NaN lanes included).
+inline Mask16 nonzero(V16 a) {
+  return _mm512_cmp_ps_mask(a.v, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+}
+// a*b+c in the lanes of m, c elsewhere.
+inline V16 fma_masked(Mask16 m, V16 a, V16 b, V16 c) {
+  return {_mm512_mask3_fmadd_ps(a.v, b.v, c.v, m)};
+}
 inline Mask16 lt(V16 a, V16 b) {
   return _mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ);
 }
@@ -84,10 +92,11 @@ inline V16 gather(const float* base, std::int32_t stride, Mask16 m) {
 }
 
 // exp(x) for x in fp32 with ~1 ulp error (Cephes expf's polynomial), x <= 88.3; x <= -120
-// (and -inf) give exactly 0, so masked scores contribute nothing. 2^n is applied with scalef,
-// which handles the subnormal range without a separate path.
+// (and -inf) give exactly 0, so masked scores contribute nothing; NaN stays NaN (the clamps
+// take x as their second operand, which max/min return when either is NaN). 2^n is applied with
+// scalef, which handles the subnormal range without a separate path.
 inline V16 exp(V16 a) {
-  __m512 x = _mm512_min_ps(_mm512_max_ps(a.v, _mm512_set1_ps(-120.f)), _mm512_set1_ps(88.3f));
+  __m512 x = _mm512_min_ps(_mm512_set1_ps(88.3f), _mm512_max_ps(_mm512_set1_ps(-120.f), a.v));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   x = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
@@ -173,6 +182,16 @@ inline Mask16 eq_i32(const std::int32_t* seg, std::int32_t x) {
   Mask16 m = 0;
   for (int l = 0; l < 16; ++l) m = static_cast<Mask16>(m | ((seg[l] == x) << l));
   return m;
+}
+inline Mask16 nonzero(V16 a) {
+  Mask16 m = 0;
+  for (int l = 0; l < 16; ++l) m = static_cast<Mask16>(m | ((a.v[l] != 0.f) << l));
+  return m;
+}
+inline V16 fma_masked(Mask16 m, V16 a, V16 b, V16 c) {
+  V16 r;
+  for (int l = 0; l < 16; ++l) r.v[l] = ((m >> l) & 1) ? std::fma(a.v[l], b.v[l], c.v[l]) : c.v[l];
+  return r;
 }
 
 #endif

@@ -34,6 +34,8 @@
 
 #include "attnops/error.h"
 #include "backends/common/block_map_impl.h"
+#include "backends/common/softmax_policy.h"
+#include "backends/common/threads.h"
 #include "backends/cpu/simd16.h"
 
 namespace attnops::cpu {
@@ -73,7 +75,9 @@ void qk_micro(const float* qt, std::int64_t ldq, const float* k, std::int64_t ld
 }
 
 // ot[e][l] = alpha[l] * ot[e][l] + sum_{c < nc} v[c][e] * pt[c][l] for e < R, l < 16 * NC.
-template <int R, int NC>
+// SkipZeros (p.guard_nonfinite_v): lanes whose weight is 0 are not updated, so a masked key's
+// NaN / inf value cannot reach them through 0 x inf.
+template <int R, int NC, bool SkipZeros>
 void pv_micro(const float* pt, std::int64_t ldp, const float* v, std::int64_t ldv, std::int64_t nc,
               const float* alpha, float* ot, std::int64_t ldo) {
   V16 acc[R][NC];
@@ -85,9 +89,18 @@ void pv_micro(const float* pt, std::int64_t ldp, const float* v, std::int64_t ld
     V16 pr[NC];
     for (int n = 0; n < NC; ++n) pr[n] = simd::load(pt + c * ldp + 16 * n);
     const float* vc = v + c * ldv;
-    for (int r = 0; r < R; ++r) {
-      const V16 vb = simd::set1(vc[r]);
-      for (int n = 0; n < NC; ++n) acc[r][n] = simd::fma(vb, pr[n], acc[r][n]);
+    if constexpr (SkipZeros) {
+      Mask16 nz[NC];
+      for (int n = 0; n < NC; ++n) nz[n] = simd::nonzero(pr[n]);
+      for (int r = 0; r < R; ++r) {
+        const V16 vb = simd::set1(vc[r]);
+        for (int n = 0; n < NC; ++n) acc[r][n] = simd::fma_masked(nz[n], vb, pr[n], acc[r][n]);
+      }
+    } else {
+      for (int r = 0; r < R; ++r) {
+        const V16 vb = simd::set1(vc[r]);
+        for (int n = 0; n < NC; ++n) acc[r][n] = simd::fma(vb, pr[n], acc[r][n]);
+      }
     }
   }
   for (int r = 0; r < R; ++r)
@@ -103,15 +116,20 @@ template <int R>
 constexpr std::array<QkFn, kMaxNC> qk_row() {
   return {qk_micro<R, 1>, qk_micro<R, 2>, qk_micro<R, 3>, qk_micro<R, 4>};
 }
-template <int R>
+template <int R, bool SkipZeros>
 constexpr std::array<PvFn, kMaxNC> pv_row() {
-  return {pv_micro<R, 1>, pv_micro<R, 2>, pv_micro<R, 3>, pv_micro<R, 4>};
+  return {pv_micro<R, 1, SkipZeros>, pv_micro<R, 2, SkipZeros>, pv_micro<R, 3, SkipZeros>,
+          pv_micro<R, 4, SkipZeros>};
 }
 // Indexed [R - 1][NC - 1]: the edges of a tile use the smaller shapes, so no size is padded.
 constexpr std::array<std::array<QkFn, kMaxNC>, kMaxR> kQk = {qk_row<1>(), qk_row<2>(), qk_row<3>(),
                                                              qk_row<4>(), qk_row<5>(), qk_row<6>()};
-constexpr std::array<std::array<PvFn, kMaxNC>, kMaxR> kPv = {pv_row<1>(), pv_row<2>(), pv_row<3>(),
-                                                             pv_row<4>(), pv_row<5>(), pv_row<6>()};
+constexpr std::array<std::array<PvFn, kMaxNC>, kMaxR> kPv = {pv_row<1, false>(), pv_row<2, false>(),
+                                                             pv_row<3, false>(), pv_row<4, false>(),
+                                                             pv_row<5, false>(), pv_row<6, false>()};
+constexpr std::array<std::array<PvFn, kMaxNC>, kMaxR> kPvSkipZeros = {pv_row<1, true>(), pv_row<2, true>(),
+                                                                      pv_row<3, true>(), pv_row<4, true>(),
+                                                                      pv_row<5, true>(), pv_row<6, true>()};
 
 // ---- per-thread scratch ---------------------------------------------------------------------
 
@@ -296,10 +314,11 @@ struct Kernel {
         }
 
         // O^T = alpha * O^T + V^T P^T over the chunk's keys.
+        const auto& pv = p.guard_nonfinite_v ? kPvSkipZeros : kPv;
         for (std::int64_t e0 = 0; e0 < Dv; e0 += kMaxR) {
           const int R = static_cast<int>(std::min<std::int64_t>(kMaxR, Dv - e0));
-          kPv[R - 1][NC - 1](st + c_lo * bqp + n0 * 16, bqp, vt + c_lo * ldv + e0, ldv, c_hi - c_lo,
-                             alpha + n0 * 16, ot + e0 * bqp + n0 * 16, bqp);
+          pv[R - 1][NC - 1](st + c_lo * bqp + n0 * 16, bqp, vt + c_lo * ldv + e0, ldv, c_hi - c_lo,
+                            alpha + n0 * 16, ot + e0 * bqp + n0 * 16, bqp);
         }
       }
     }
@@ -309,16 +328,7 @@ struct Kernel {
     float* lse = buffers.lse ? buffers.lse->data_as<float>() + (b * p.Hq + h) * Tq + i0 : nullptr;
     for (std::int64_t r = 0; r < nr; ++r) {
       const float mr = m[r], lr = l[r];
-      const bool empty = lr == 0.f;
-      float factor = 0.f;
-      if (!empty) {
-        if (p.sinks) {
-          const float sink = p.sinks[h], M = std::max(mr, sink), e = std::exp(mr - M);
-          factor = e / (lr * e + std::exp(sink - M));
-        } else {
-          factor = 1.f / lr;
-        }
-      }
+      const float factor = policy::row_factor(mr, lr, p.sinks ? p.sinks + h : nullptr);
       const std::int64_t obase = ((b * Tq + i0 + r) * p.Hq + h) * Dv;
       switch (p.dtype) {
         case DType::f32: {
@@ -337,7 +347,7 @@ struct Kernel {
           break;
         }
       }
-      if (lse) lse[r] = empty ? kNegInf : mr + std::log(lr);
+      if (lse) lse[r] = policy::row_lse(mr, lr);
     }
   }
 };
@@ -371,7 +381,7 @@ void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBu
                          static_cast<std::int32_t>(qb), static_cast<std::int32_t>(map.row(h, qb).size())});
   std::stable_sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) { return x.cost > y.cost; });
 
-  int nt = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
+  int nt = worker_threads(p.num_threads);
   nt = static_cast<int>(std::clamp<std::int64_t>(static_cast<std::int64_t>(tasks.size()), 1, nt));
   // Scratch for every thread, allocated before the parallel region (an allocation failure
   // throws here, not inside OpenMP).

@@ -30,6 +30,9 @@
 #include <cmath>
 #include <vector>
 
+#include "attnops/error.h"
+#include "backends/common/parallel_errors.h"
+#include "backends/common/softmax_policy.h"
 #include "backends/cpu/vanilla_rows.h"
 #include "backends/cpu/vanilla_simd.h"
 
@@ -67,6 +70,7 @@ struct DecodeScratch {
   std::vector<vanilla::RowMask> rm;   // [Hkv][R]
   std::vector<i64> head_lo, head_hi;  // [Hkv] union of the visible ranges of a head's rows
   std::vector<char> head_active;      // [Hkv] head has visible columns in the current block
+  std::vector<float> o;               // [Dv] one merged output row
 };
 
 template <class T>
@@ -137,9 +141,14 @@ void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
 
     const T* v0 = reinterpret_cast<const T*>(row_ptr(p.v, b, j0, 0));
     for (i64 hk = 0; hk < Hkv; ++hk)
-      if (w.head_active[hk])
-        vanilla::pv_block(w.S.data() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2), p.v.stride(1), n,
-                          Dv, acc + hk * R * Dv, Dv);
+      if (w.head_active[hk]) {
+        if (p.guard_nonfinite_v)  // a weight-0 key's NaN / inf value must not reach the row
+          vanilla::pv_block_skip_zeros(w.S.data() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2),
+                                       p.v.stride(1), n, Dv, acc + hk * R * Dv, Dv);
+        else
+          vanilla::pv_block(w.S.data() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2), p.v.stride(1),
+                            n, Dv, acc + hk * R * Dv, Dv);
+      }
   }
 }
 
@@ -153,7 +162,7 @@ void merge_row(const DecodeJob& job, AttentionBuffers& buffers, i64 b, i64 hk, i
     return job.part_state[static_cast<std::size_t>(((b * job.nsplit + s) * Hkv + hk) * R + r)];
   };
   float M = vanilla::kNegInf;
-  for (i64 s = 0; s < job.nsplit; ++s) M = std::max(M, state(s).m);
+  for (i64 s = 0; s < job.nsplit; ++s) M = policy::nan_max(M, state(s).m);  // a NaN split makes the row NaN
   float row_lse = vanilla::kNegInf;
   std::fill(o, o + Dv, 0.f);
   if (M != vanilla::kNegInf) {  // else fully masked: output 0, lse -inf
@@ -166,9 +175,9 @@ void merge_row(const DecodeJob& job, AttentionBuffers& buffers, i64 b, i64 hk, i
       for (i64 c = 0; c < Dv; ++c) o[c] += w * a[c];
     }
     // The sink takes probability mass (normaliser) but is not part of the lse.
-    const float inv = 1.f / (L + (p.sinks ? std::exp(p.sinks[hq] - M) : 0.f));
-    for (i64 c = 0; c < Dv; ++c) o[c] *= inv;
-    row_lse = M + std::log(L);
+    const float factor = policy::row_factor(M, L, p.sinks ? p.sinks + hq : nullptr);
+    for (i64 c = 0; c < Dv; ++c) o[c] *= factor;
+    row_lse = policy::row_lse(M, L);
   }
   const i64 es = static_cast<i64>(dtype_size(p.dtype));
   vanilla::store_row(o, Dv, p.dtype,
@@ -190,39 +199,61 @@ void vanilla_decode(const AttentionProblem& p, AttentionBuffers& buffers, int th
   DecodeJob job{p, p.group(), p.group() * p.Tq, vanilla_decode_splits(p, threads), 0, {}, {}};
   job.tasks = p.B * job.nsplit;
   const i64 rows = job.tasks * p.Hkv * job.R;
-  job.part_acc.assign(static_cast<std::size_t>(rows * p.Dv), 0.f);
-  job.part_state.assign(static_cast<std::size_t>(rows), vanilla::OnlineRow{});
+  threads = static_cast<int>(std::clamp<i64>(job.tasks, 1, threads));
+  // Everything is allocated here, before the parallel region: a failure is an Error, not an
+  // exception escaping OpenMP.
+  std::vector<DecodeScratch> scratch;
+  try {
+    job.part_acc.assign(static_cast<std::size_t>(rows * p.Dv), 0.f);
+    job.part_state.assign(static_cast<std::size_t>(rows), vanilla::OnlineRow{});
+    scratch.resize(static_cast<std::size_t>(threads));
+    for (DecodeScratch& w : scratch) {
+      w.Qs.resize(static_cast<std::size_t>(p.Hq * p.Tq * p.D));
+      w.S.resize(static_cast<std::size_t>(p.Hkv * job.R * kBlock));
+      w.rm.resize(static_cast<std::size_t>(p.Hkv * job.R));
+      w.head_lo.resize(static_cast<std::size_t>(p.Hkv));
+      w.head_hi.resize(static_cast<std::size_t>(p.Hkv));
+      w.head_active.resize(static_cast<std::size_t>(p.Hkv));
+      w.o.resize(static_cast<std::size_t>(p.Dv));
+    }
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::out_of_memory, "vanilla cpu decode: cannot allocate the partial results (" +
+                                              std::to_string(rows * (p.Dv + 2) * 4) +
+                                              " bytes) and per-thread scratch");
+  }
+  ParallelErrors errors;
 
 #pragma omp parallel num_threads(threads)
   {
-    DecodeScratch w;
-    w.Qs.resize(static_cast<std::size_t>(p.Hq * p.Tq * p.D));
-    w.S.resize(static_cast<std::size_t>(p.Hkv * job.R * kBlock));
-    w.rm.resize(static_cast<std::size_t>(p.Hkv * job.R));
-    w.head_lo.resize(static_cast<std::size_t>(p.Hkv));
-    w.head_hi.resize(static_cast<std::size_t>(p.Hkv));
-    w.head_active.resize(static_cast<std::size_t>(p.Hkv));
+    DecodeScratch& w = scratch[static_cast<std::size_t>(omp_get_thread_num())];
 
 #pragma omp for schedule(dynamic, 1)
     for (i64 t = 0; t < job.tasks; ++t) {
-      switch (p.dtype) {
-        case DType::f16:
-          run_task<Eigen::half>(job, w, t);
-          break;
-        case DType::bf16:
-          run_task<Eigen::bfloat16>(job, w, t);
-          break;
-        default:
-          run_task<float>(job, w, t);
-          break;
+      if (errors.any()) continue;
+      try {
+        switch (p.dtype) {
+          case DType::f16:
+            run_task<Eigen::half>(job, w, t);
+            break;
+          case DType::bf16:
+            run_task<Eigen::bfloat16>(job, w, t);
+            break;
+          default:
+            run_task<float>(job, w, t);
+            break;
+        }
+      } catch (...) {
+        errors.capture();
       }
     }
 
-    std::vector<float> o(static_cast<std::size_t>(p.Dv));
 #pragma omp for schedule(static)
-    for (i64 pair = 0; pair < p.B * p.Hkv; ++pair)
-      for (i64 r = 0; r < job.R; ++r) merge_row(job, buffers, pair / p.Hkv, pair % p.Hkv, r, o.data());
+    for (i64 pair = 0; pair < p.B * p.Hkv; ++pair) {
+      if (errors.any()) continue;
+      for (i64 r = 0; r < job.R; ++r) merge_row(job, buffers, pair / p.Hkv, pair % p.Hkv, r, w.o.data());
+    }
   }
+  errors.rethrow("vanilla cpu decode");
 }
 
 }  // namespace attnops::cpu

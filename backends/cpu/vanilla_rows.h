@@ -14,6 +14,7 @@
 #include <limits>
 
 #include "attnops/problem.h"
+#include "backends/common/softmax_policy.h"
 #include "backends/cpu/vanilla_simd.h"
 
 namespace attnops::cpu::vanilla {
@@ -68,16 +69,28 @@ inline void finish_logits(const AttentionProblem& p, i64 b, i64 hq, i64 i, const
 // zeros with lse -inf, sink or not. The shift is the visible max, so a sink far above every
 // logit cannot flush the lse to -inf; exp(sink - m) overflowing only drives the weights to 0,
 // which is their limit.
+// Whether any of s[0..n) is NaN (only asked on the rare paths below).
+inline bool any_nan(const float* s, i64 n) {
+  return std::any_of(s, s + n, [](float x) { return x != x; });
+}
+
+// Non-finite logits follow backends/common/softmax_policy.h: a NaN or +inf logit makes the
+// row's probabilities and lse NaN (as exp(inf - inf) does), a -inf logit has probability 0.
+// The max is Eigen's fast one, which may skip a NaN: exp_shift_sum then carries the NaN into
+// the sum, and a row whose max came out -inf is checked for NaN before it counts as masked.
 inline float softmax_row(float* s, i64 n, const float* sink) {
   const float m = n > 0 ? Eigen::Map<const Eigen::ArrayXf>(s, n).maxCoeff() : kNegInf;
-  if (m == kNegInf) {
+  if (m == kNegInf && !any_nan(s, n)) {
     std::fill(s, s + n, 0.f);
     return kNegInf;
   }
+  if (!std::isfinite(m)) {  // a NaN or +inf logit: the whole row is NaN
+    std::fill(s, s + n, std::numeric_limits<float>::quiet_NaN());
+    return std::numeric_limits<float>::quiet_NaN();
+  }
   const float l = exp_shift_sum(s, n, m);
-  const float denom = l + (sink ? std::exp(*sink - m) : 0.f);
-  Eigen::Map<Eigen::ArrayXf>(s, n) *= 1.f / denom;
-  return m + std::log(l);
+  Eigen::Map<Eigen::ArrayXf>(s, n) *= policy::row_factor(m, l, sink);
+  return policy::row_lse(m, l);
 }
 
 // Online-softmax state of one row over a stream of kv blocks (decode path): running max m,
@@ -89,10 +102,21 @@ struct OnlineRow {
 
 // Folds one block of final logits s[0..n) into (st, acc): s becomes exp(s - m_new) (0 where
 // masked) for the P.V step, acc and l are rescaled to the new max.
+// A NaN or +inf logit makes the row NaN for good (m, l and acc NaN; the merge keeps NaN).
 inline void online_update(float* s, i64 n, OnlineRow& st, float* acc, i64 Dv) {
-  const float bm = Eigen::Map<const Eigen::ArrayXf>(s, n).maxCoeff();
-  if (bm == kNegInf) {  // nothing visible in this block
-    std::fill(s, s + n, 0.f);
+  float bm = Eigen::Map<const Eigen::ArrayXf>(s, n).maxCoeff();  // may skip a NaN: see softmax_row
+  if (bm == kNegInf) {
+    if (!any_nan(s, n)) {  // nothing visible in this block
+      std::fill(s, s + n, 0.f);
+      return;
+    }
+    bm = std::numeric_limits<float>::quiet_NaN();
+  }
+  if (!std::isfinite(bm) || std::isnan(st.m)) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    st.m = st.l = nan;
+    std::fill(acc, acc + Dv, nan);
+    std::fill(s, s + n, 0.f);  // acc is NaN already; P.V must not fold anything else in
     return;
   }
   const float mn = std::max(st.m, bm);

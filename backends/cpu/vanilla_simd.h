@@ -84,9 +84,10 @@ inline void store_row(const float* src, i64 n, DType t, void* dst) {
   }
 }
 
-// s[j] = exp(s[j] - m) for j < n, returning the sum; requires m finite and s[j] <= m or -inf
-// (masked). Arguments below -87 (s[j] == -inf included) give exactly 0: exp(-87) = 1.6e-38 is
-// below fp32's smallest normal and invisible next to the row's maximum term exp(0) = 1.
+// s[j] = exp(s[j] - m) for j < n, returning the sum; requires m finite and s[j] <= m, -inf
+// (masked) or NaN. Arguments below -87 (s[j] == -inf included) give exactly 0: exp(-87) =
+// 1.6e-38 is below fp32's smallest normal and invisible next to the row's maximum term
+// exp(0) = 1. A NaN stays NaN (and so makes the sum NaN: the non-finite policy).
 // The AVX-512 body is Cephes' expf (range reduction by ln 2, degree-6 polynomial, ~1 ulp);
 // Eigen 3.4 would fall back to scalar libm expf for the masked select, which dominated the profile.
 inline float exp_shift_sum(float* s, i64 n, float m) {
@@ -117,7 +118,8 @@ inline float exp_shift_sum(float* s, i64 n, float m) {
     p = _mm512_fmadd_ps(p, r, c4);
     p = _mm512_fmadd_ps(p, r, c5);
     p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, one));
-    const __m512 e = _mm512_maskz_mov_ps(ok, _mm512_scalef_ps(p, k));  // p * 2^k
+    const __mmask16 nan = _mm512_mask_cmp_ps_mask(ld, x0, x0, _CMP_UNORD_Q);
+    const __m512 e = _mm512_mask_mov_ps(_mm512_maskz_mov_ps(ok, _mm512_scalef_ps(p, k)), nan, x0);  // p * 2^k
     _mm512_mask_storeu_ps(s + j, ld, e);
     acc = _mm512_add_ps(acc, e);
   }
@@ -125,7 +127,7 @@ inline float exp_shift_sum(float* s, i64 n, float m) {
 #endif
   for (; j < n; ++j) {
     const float x = s[j] - m;
-    s[j] = x > -87.f ? std::exp(x) : 0.f;
+    s[j] = x > -87.f ? std::exp(x) : (x != x ? x : 0.f);
     total += s[j];
   }
   return total;
@@ -231,6 +233,23 @@ inline void dot_key(const float* Q, i64 ldq, i64 R, const T* k, i64 D, float* s,
 #endif
 }
 
+// pv_block's contract with zero weights skipped rather than multiplied: a value row of weight 0
+// (masked, or underflowed) adds nothing even when it holds NaN or inf (0 x inf = NaN). The
+// portable path, and the guarded path taken when v holds non-finite values.
+template <class T>
+inline void pv_block_skip_zeros(const float* P, i64 ldp, i64 R, const T* V, i64 ldv, i64 n, i64 Dv,
+                                float* acc, i64 ldacc) {
+  for (i64 r = 0; r < R; ++r) {
+    float* a = acc + r * ldacc;
+    for (i64 j = 0; j < n; ++j) {
+      const float pj = P[r * ldp + j];
+      if (pj == 0.f) continue;
+      const T* v = V + j * ldv;
+      for (i64 c = 0; c < Dv; ++c) a[c] += pj * static_cast<float>(v[c]);
+    }
+  }
+}
+
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 // pv_block for RR (1..4) rows: for each 64-column slice the RR x 4 accumulators stay in registers
 // while the n value rows stream through, so each V element is loaded once per RR rows.
@@ -283,15 +302,7 @@ inline void pv_block(const float* P, i64 ldp, i64 R, const T* V, i64 ldv, i64 n,
     }
   }
 #else
-  for (i64 r = 0; r < R; ++r) {
-    float* a = acc + r * ldacc;
-    for (i64 j = 0; j < n; ++j) {
-      const float pj = P[r * ldp + j];
-      if (pj == 0.f) continue;
-      const T* v = V + j * ldv;
-      for (i64 c = 0; c < Dv; ++c) a[c] += pj * static_cast<float>(v[c]);
-    }
-  }
+  pv_block_skip_zeros(P, ldp, R, V, ldv, n, Dv, acc, ldacc);
 #endif
 }
 

@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <sstream>
 
-#include "backends/vulkan/vk_pipeline_key.h"
 
 namespace attnops::vulkan {
 
@@ -19,30 +18,6 @@ BuildCaps build_caps() {
   caps.coopmat_khr = true;
 #endif
   return caps;
-}
-
-const char* shader_name(ShaderId s) {
-  switch (s) {
-    case ShaderId::flash_rowwise:
-      return "flash";
-    case ShaderId::sgemm:
-      return "sgemm";
-    case ShaderId::flash_tiled:
-      return "flash_tiled";
-    case ShaderId::attn_merge:
-      return "attn_merge";
-    case ShaderId::vanilla_scores:
-      return "vanilla_scores";
-    case ShaderId::vanilla_softmax:
-      return "vanilla_softmax";
-    case ShaderId::vanilla_pv:
-      return "vanilla_pv";
-    case ShaderId::flash_coopmat_nv:
-      return "flash_coopmat_nv";
-    case ShaderId::flash_coopmat_khr:
-      return "flash_coopmat_khr";
-  }
-  return "?";
 }
 
 namespace {

@@ -4,24 +4,17 @@
 #include <algorithm>
 
 #include "attnops/error.h"
+#include "backends/vulkan/vk_attention.h"
 
 namespace attnops::vulkan {
 
 namespace {
-
-std::int32_t clip32(std::int64_t v, std::int64_t hi) {
-  return static_cast<std::int32_t>(std::min(v, hi));
-}
 
 std::uint32_t ceil_div(std::int64_t a, std::int64_t b) {
   return static_cast<std::uint32_t>((a + b - 1) / b);
 }
 
 }  // namespace
-
-std::uint32_t dtype_code(DType t) {
-  return t == DType::f32 ? 0u : t == DType::f16 ? 1u : 2u;
-}
 
 MapTile map_tile(const Selection& s) {
   switch (s.variant) {
@@ -64,12 +57,14 @@ PushConstants base_push(const AttentionProblem& p, const TilePlan& plan) {
   if (p.sinks) pc.flags |= kSinks;
   if (p.want_lse) pc.flags |= kLse;
   if (p.soft_cap) pc.flags |= kSoftCap;
-  // Rows of whole 16-byte vectors start 16-byte aligned in the packed buffers; rows of whole
-  // 4-element groups start 4-element aligned.
-  const std::size_t es = dtype_size(p.dtype);
-  if ((static_cast<std::size_t>(p.D) * es) % 16 == 0 && (static_cast<std::size_t>(p.Dv) * es) % 16 == 0)
-    pc.flags |= kVec;
-  if (p.D % 4 == 0 && p.Dv % 4 == 0) pc.flags |= kAligned4;
+  // Packed q / k / v (host inputs); device views override these.
+  pc.q_sb = static_cast<std::uint32_t>(p.Tq * p.Hq * p.D);
+  pc.q_st = static_cast<std::uint32_t>(p.Hq * p.D);
+  pc.k_sb = static_cast<std::uint32_t>(p.Tk * p.Hkv * p.D);
+  pc.k_st = static_cast<std::uint32_t>(p.Hkv * p.D);
+  pc.v_sb = static_cast<std::uint32_t>(p.Tk * p.Hkv * p.Dv);
+  pc.v_st = static_cast<std::uint32_t>(p.Hkv * p.Dv);
+  set_alignment_flags(pc, dtype_size(p.dtype));
   pc.bias_stride_b = static_cast<std::uint32_t>(p.bias_stride_b);
   pc.bias_stride_h = static_cast<std::uint32_t>(p.bias_stride_h);
   pc.map_heads = static_cast<std::int32_t>(bm.heads);
@@ -82,6 +77,21 @@ PushConstants base_push(const AttentionProblem& p, const TilePlan& plan) {
   return pc;
 }
 
+void set_alignment_flags(PushConstants& pc, std::size_t elem_size) {
+  pc.flags &= ~(kVec | kAligned4);
+  const std::uint64_t at[] = {static_cast<std::uint64_t>(pc.D), static_cast<std::uint64_t>(pc.Dv),
+                              pc.q_off, pc.k_off, pc.v_off, pc.q_sb, pc.q_st, pc.k_sb, pc.k_st, pc.v_sb, pc.v_st};
+  // Rows of whole 16-byte vectors that start on 16-byte boundaries are read 16 bytes at a time;
+  // rows of whole 4-element groups that start on 4-element boundaries 4 elements at a time.
+  bool vec = true, four = true;
+  for (std::uint64_t e : at) {
+    vec = vec && e * elem_size % 16 == 0;
+    four = four && e % 4 == 0;
+  }
+  if (vec) pc.flags |= kVec;
+  if (four) pc.flags |= kAligned4;
+}
+
 LaunchPlan plan_flash(const AttentionProblem& p, const Selection& s, const PushConstants& base) {
   LaunchPlan plan;
   const std::uint32_t dt = dtype_code(p.dtype);
@@ -92,11 +102,13 @@ LaunchPlan plan_flash(const AttentionProblem& p, const Selection& s, const PushC
     case Variant::flash_subgroup: {
       const SubgroupTiles& t = s.subgroup;
       const std::uint32_t split = t.nsplit > 1 ? 1u : 0u;
-      step.key.shader = ShaderId::flash_tiled;
-      const std::uint32_t aligned = p.D % 4 == 0 && p.Dv % 4 == 0 ? 1u : 0u;
+      step.key.shader = rt::ShaderId::flash_tiled;
+      const std::uint32_t aligned = (base.flags & kAligned4) != 0 ? 1u : 0u;
       step.key.spec = {t.wg,   dt, t.ds, t.rpt, t.bc, t.dk4, t.dv4, split, t.ku, t.one_subgroup ? 1u : 0u,
                        aligned};
+      step.key.spec_count = 11;
       step.key.full_subgroups = s.full_subgroups;
+      step.label = split ? "split_kv" : "flash_subgroup";
       step.push.head_rows = static_cast<std::int32_t>(t.head_rows);
       step.push.nsplit = static_cast<std::int32_t>(t.nsplit);
       step.groups = {static_cast<std::uint32_t>(base.nq) * t.nsplit, Hq / t.head_rows, B};
@@ -106,8 +118,10 @@ LaunchPlan plan_flash(const AttentionProblem& p, const Selection& s, const PushC
         plan.scratch_bytes = static_cast<std::uint64_t>(p.B * p.Hq * p.Tq) * t.nsplit *
                              static_cast<std::uint64_t>(p.Dv + 2) * 4u;
         KernelStep merge;
-        merge.key.shader = ShaderId::attn_merge;
+        merge.key.shader = rt::ShaderId::attn_merge;
         merge.key.spec = {64u};
+        merge.key.spec_count = 1;
+        merge.label = "merge";
         merge.push = step.push;
         merge.groups = {static_cast<std::uint32_t>(p.Tq), Hq, B};
         plan.steps.push_back(merge);
@@ -117,10 +131,12 @@ LaunchPlan plan_flash(const AttentionProblem& p, const Selection& s, const PushC
     case Variant::flash_coopmat_khr:
     case Variant::flash_coopmat_nv: {
       const CoopTiles& t = s.coop;
-      step.key.shader =
-          s.variant == Variant::flash_coopmat_khr ? ShaderId::flash_coopmat_khr : ShaderId::flash_coopmat_nv;
+      step.key.shader = s.variant == Variant::flash_coopmat_khr ? rt::ShaderId::flash_coopmat_khr
+                                                                : rt::ShaderId::flash_coopmat_nv;
       step.key.spec = {t.subgroups * t.subgroup, dt, t.subgroups, t.bc, t.dpad, t.dvpad, t.subgroup};
-      step.key.required_subgroup_size = s.required_size ? t.subgroup : 0u;
+      step.key.spec_count = 7;
+      step.key.subgroup_size = s.required_size ? t.subgroup : 0u;
+      step.label = variant_name(s.variant);
       step.key.full_subgroups = s.full_subgroups;
       step.push.head_rows = static_cast<std::int32_t>(t.head_rows);
       step.groups = {static_cast<std::uint32_t>(base.nq), Hq / t.head_rows, B};
@@ -131,9 +147,13 @@ LaunchPlan plan_flash(const AttentionProblem& p, const Selection& s, const PushC
       throw Error(ErrorCode::internal,
                   "vulkan: plan_flash called for vanilla_gemm (plan_vanilla_gemm plans it)");
     case Variant::flash_rowwise: {
-      // Specialization of flash.comp: BQ, DTYPE, DMAX (private arrays), BK.
+      // Specialization of flash.comp: BQ, DTYPE, DMAX (private arrays), BK. Constants 4 and 5
+      // (exact head dims: loops of constant length) stay 0: on lavapipe the fully unrolled
+      // variants cost far more to compile than they save.
       const std::int64_t dmax = std::max(p.D, p.Dv);
-      step.key.shader = ShaderId::flash_rowwise;
+      step.key.shader = rt::ShaderId::flash;
+      step.key.spec_count = 4;
+      step.label = "flash_rowwise";
       step.key.spec = {static_cast<std::uint32_t>(kBlockQ), dt,
                        dmax <= 64    ? 64u
                        : dmax <= 128 ? 128u

@@ -1,15 +1,19 @@
 // The tiled kernels on lavapipe against the fp64 oracle, beyond the shared parity grid of
 // test_vulkan_parity.cpp: the GPU shape of flash_subgroup (head dim split over lanes with
 // subgroup shuffles, several subgroups and workgroup barriers, 8-key steps) forced on lavapipe,
-// split-KV decode with Tk up to 32768 (and split-KV forced on prefill, with sinks), the baseline
-// row-wise kernel, the non-finite-value policy, and the kernel variant in the decision.
+// split-KV decode (Tk up to 32768 with ATTNOPS_TEST_BIG=1), decode on device-resident KV caches,
+// split-KV forced on prefill (with sinks), the baseline row-wise kernel, the non-finite-value
+// policy, and the kernel variant in the decision.
 //
 // Pipelines are compiled by LLVM on lavapipe (seconds each), so the forced shapes are few and
 // reuse one another's head dims.
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 
+#include "attnops/gpu.h"
 #include "backends/common/block_map.h"
 #include "backends/native/reference.h"
 #include "tests/support/testing.h"
@@ -100,15 +104,24 @@ TEST_F(VulkanKernels, SplitKvOnPrefillWithSinksAndLse) {
 }
 
 // Decode: vanilla (what the decode fallbacks of blocksparse and flash_attn2 run) and flash take
-// split-KV when no weights are asked for; the q heads of a kv head share a workgroup.
-TEST_F(VulkanKernels, DecodeSplitKvUpTo32kKeys) {
+// split-KV when no weights are asked for; the q heads of a kv head share a workgroup. The long
+// caches (Tk 32768, a 20000-key window) run with ATTNOPS_TEST_BIG=1 only: on lavapipe each takes
+// seconds, mostly the fp64 oracle; the default shapes cover the same paths.
+bool big_tests() {
+  const char* e = std::getenv("ATTNOPS_TEST_BIG");
+  return e != nullptr && std::string(e) == "1";
+}
+
+TEST_F(VulkanKernels, DecodeSplitKv) {
   std::uint64_t seed = 2200;
   struct Shape {
     std::int64_t Tk, Hq, Hkv;
     DType t;
   };
-  for (const Shape& s :
-       {Shape{32768, 8, 1, DType::f32}, Shape{4097, 16, 1, DType::f16}, Shape{2500, 4, 4, DType::bf16}}) {
+  std::vector<Shape> shapes = {Shape{3001, 8, 1, DType::f32}, Shape{4097, 16, 1, DType::f16},
+                               Shape{2500, 4, 4, DType::bf16}};
+  if (big_tests()) shapes.push_back(Shape{32768, 8, 1, DType::f32});
+  for (const Shape& s : shapes) {
     Case c = make_case(Spec().shape(1, 1, s.Tk).heads(s.Hq, s.Hkv).dim(64).dtype(s.t).causal(true).sinks(),
                        ++seed);
     const AttentionProblem p = problem_for(c);
@@ -118,19 +131,73 @@ TEST_F(VulkanKernels, DecodeSplitKvUpTo32kKeys) {
     EXPECT_NE(b.run.kernel_detail.find("vanilla_gemm: decode-shaped"), std::string::npos);
     EXPECT_TRUE(within_tolerance(p, b));
   }
-  // A sliding window over a long cache, and a few query rows (speculative decoding).
-  expect_parity(Kernel::vanilla,
-                make_case(Spec().shape(2, 1, 20000).heads(4, 2).dim(64).causal(true).window(3000, 0), ++seed),
-                {}, "flash_subgroup+split_kv");
-  expect_parity(Kernel::flash, make_case(Spec().shape(1, 4, 9000).heads(8, 2).dim(64).causal(true), ++seed),
-                {}, "flash_subgroup+split_kv");
+  // A sliding window over a long cache (a chunk whose keys are all outside the window), and a
+  // few query rows (speculative decoding).
+  const std::int64_t window_tk = big_tests() ? 20000 : 3000;
+  expect_parity(
+      Kernel::vanilla,
+      make_case(Spec().shape(2, 1, window_tk).heads(4, 2).dim(64).causal(true).window(700, 0), ++seed), {},
+      "flash_subgroup+split_kv");
+  expect_parity(
+      Kernel::flash,
+      make_case(Spec().shape(1, 4, big_tests() ? 9000 : 2000).heads(8, 2).dim(64).causal(true), ++seed), {},
+      "flash_subgroup+split_kv");
   // With the weights asked for, vanilla keeps its GEMM path.
-  Case w = make_case(Spec().shape(1, 1, 3000).heads(2, 1).dim(64).causal(true), ++seed);
+  Case w = make_case(Spec().shape(1, 1, 1000).heads(2, 1).dim(64).causal(true), ++seed);
   w.options.return_weights = true;
   const AttentionProblem p = problem_for(w);
   const AttentionBuffers b = run_forced(Kernel::vanilla, p, {});
   EXPECT_EQ(b.run.kernel, "vanilla_gemm");
   EXPECT_TRUE(within_tolerance(p, b));
+}
+
+// Decode against a KV cache on the device: split-KV reads the cache views in place (offsets and
+// strides in the push constants), appends do not re-upload it, and a device q keeps the output
+// on the device (the merge, then convert.comp to f16, in the same submission).
+TEST_F(VulkanKernels, DeviceResidentKvCacheDecodeTakesSplitKv) {
+  const std::int64_t B = 1, Hq = 8, Hkv = 2, D = 64, Tmax = 700, T0 = 600;
+  const DType dt = DType::f16;
+  const Tensor k_all = random_tensor(dt, {B, Tmax, Hkv, D}, 2700);
+  const Tensor v_all = random_tensor(dt, {B, Tmax, Hkv, D}, 2701);
+  DeviceTensor ck = DeviceTensor::zeros(dt, {B, Tmax, Hkv, D}, software_ok());
+  DeviceTensor cv = DeviceTensor::zeros(dt, {B, Tmax, Hkv, D}, software_ok());
+  ck.slice(1, 0, T0).copy_from(k_all.view().slice(1, 0, T0));
+  cv.slice(1, 0, T0).copy_from(v_all.view().slice(1, 0, T0));
+  Config cfg;
+  cfg.backends = std::vector<Backend>{Backend::gpu};
+  cfg.gpu_allow_software = true;
+  Registry r;
+  register_builtin_operators(r);
+  const std::uint64_t kv_bytes = static_cast<std::uint64_t>(B * Tmax * Hkv * D) * 2u;
+  for (const char* op : {"flash_attn2", "vanilla"}) {
+    const Attention attn = r.get(op, cfg);
+    for (std::int64_t T = T0; T < T0 + 2; ++T) {
+      SCOPED_TRACE(std::string(op) + " T=" + std::to_string(T + 1));
+      ck.slice(1, T, T + 1).copy_from(k_all.view().slice(1, T, T + 1));  // append
+      cv.slice(1, T, T + 1).copy_from(v_all.view().slice(1, T, T + 1));
+      const Tensor q = random_tensor(dt, {B, 1, Hq, D}, 2800 + static_cast<std::uint64_t>(T));
+      AttentionOptions o;
+      o.return_lse = true;
+      const DeviceTensor kview = ck.slice(1, 0, T + 1), vview = cv.slice(1, 0, T + 1);
+      const AttentionOutput out = attn(q, kview, vview, o);
+      ASSERT_EQ(out.decision.backend, Backend::gpu) << out.decision.to_log_line();
+      EXPECT_EQ(out.decision.run.kernel, "flash_subgroup+split_kv") << out.decision.run.kernel_detail;
+      EXPECT_EQ(out.decision.run.inputs, "mixed");
+      EXPECT_LT(out.decision.run.bytes_to_device, kv_bytes / 4) << out.decision.to_json();
+      const Tensor kh = Tensor::copy_of(k_all.view().slice(1, 0, T + 1)),
+                   vh = Tensor::copy_of(v_all.view().slice(1, 0, T + 1));
+      const AttentionProblem p = make_problem(q, kh, vh, o, attn.op().metadata());
+      AttentionBuffers got{out.attention_outputs, out.lse, std::nullopt, {}, {}};
+      EXPECT_TRUE(within_tolerance(p, got));
+      // q on the device too: the output stays there, rounded as the host path rounds it.
+      const AttentionOutput dev = attn(to_device(q, software_ok()), kview, vview, o);
+      EXPECT_EQ(dev.decision.run.output, "device");
+      EXPECT_EQ(dev.decision.run.kernel, "flash_subgroup+split_kv");
+      const Tensor back = dev.device_attention_outputs.to_host();
+      ASSERT_EQ(back.nbytes(), out.attention_outputs.nbytes());
+      EXPECT_EQ(std::memcmp(back.data(), out.attention_outputs.data(), back.nbytes()), 0);
+    }
+  }
 }
 
 // The first kernel stays available (the bench's baseline, and the fallback).

@@ -2,11 +2,15 @@
 // the static-mask helpers and the logit. Included by flash.comp (through common.glsl),
 // flash_tiled.comp, flash_coopmat.comp, attn_merge.comp and the vanilla_*.comp passes.
 //
-// Buffer layouts (all tightly packed, row-major; built by vulkan_backend.cpp):
-//   q     [B, Tq, Hq, D]  k [B, Tk, Hkv, D]  v [B, Tk, Hkv, Dv]   in DTYPE (f32/f16/bf16),
-//         read as raw uint words (16-bit values two to a word, element e in the low half when
-//         e is even) so that no 16-bit storage feature is needed; padded to 16 bytes.
-//   out   [B, Tq, Hq, Dv] f32 (the host rounds to the storage dtype, bit-exact RNE)
+// Buffer layouts (row-major; built by vk_attention.cpp):
+//   q     [B, Tq, Hq, D]  k [B, Tk, Hkv, D]  v [B, Tk, Hkv, Dv]   in DTYPE (f32/f16/bf16), at
+//         the element offsets and batch / token strides of the push constants (heads packed, d
+//         contiguous): packed host uploads have offset 0 and strides (T*H*D, H*D); device views
+//         (a KV-cache slice) are read in place with their own. Read as raw uint words (16-bit
+//         values two to a word, element e in the low half when e is even) so that no 16-bit
+//         storage feature is needed; buffers padded to 16 bytes. q_at / k_at / v_at address them.
+//   out   [B, Tq, Hq, Dv] f32, packed (the host rounds to the storage dtype, bit-exact RNE, or
+//         convert.comp does for a 16-bit device output)
 //   lse   [B, Hq, Tq] f32
 //   bias  f32, element (b, h, i, j) at b*bias_stride_b + h*bias_stride_h + i*Tk + j
 //   sinks [Hq] f32;  seg_q [B, Tq], seg_kv [B, Tk] i32
@@ -51,7 +55,8 @@ layout(std430, set = 0, binding = 11) readonly buffer PartBuf { int part_index[]
 layout(std430, set = 0, binding = 12) readonly buffer BitsBuf { uint bits[]; };
 layout(std430, set = 0, binding = 13) buffer ScratchBuf { float scratch[]; };
 
-// Must match struct PushConstants in vk_launch.h (std430 scalars, 4 bytes each).
+// Must match struct PushConstants in vk_launch.h (std430 scalars, 4 bytes each; 124 of the
+// runtime's 128 bytes).
 layout(push_constant) uniform PushConstants {
   int B, Tq, Tk, Hq, Hkv, D, Dv;
   float scale;
@@ -63,6 +68,8 @@ layout(push_constant) uniform PushConstants {
   int map_heads;      // 1 or Hq
   int nq;             // q blocks of the map
   int words_per_row;  // uint words per bitset row
+  uint q_off, k_off, v_off;                 // element offsets of q / k / v in their buffers
+  uint q_sb, q_st, k_sb, k_st, v_sb, v_st;  // batch and token strides, in elements
   int q_rows;         // query positions per workgroup (= the map's bq)
   int head_rows;      // q heads per workgroup (tiled kernels; they share one kv head)
   int nsplit;         // kv splits per row (split-KV), 1 = none
@@ -77,8 +84,8 @@ const uint FLAG_BIAS = 8u;
 const uint FLAG_SINKS = 16u;
 const uint FLAG_LSE = 32u;
 const uint FLAG_SOFT_CAP = 64u;
-const uint FLAG_VEC = 128u;      // D and Dv rows are whole 16-byte vectors (D * size % 16 == 0)
-const uint FLAG_ALIGNED4 = 256u;  // D % 4 == 0 and Dv % 4 == 0: 4-element groups are aligned
+const uint FLAG_VEC = 128u;       // every q/k/v row starts on a 16-byte boundary and is whole vectors
+const uint FLAG_ALIGNED4 = 256u;  // every q/k/v row starts at a multiple of 4 elements and D, Dv too
 
 bool has(uint f) { return (pc.flags & f) != 0u; }
 
@@ -120,6 +127,11 @@ vec2 unpack_pair_of(uint w, uint dtype) {
 DEFINE_LOADS(q)
 DEFINE_LOADS(k)
 DEFINE_LOADS(v)
+
+// Element offsets of the q row (b, i, h), and of the k / v rows of key j of kv head hk.
+uint q_at(int b, int i, int h) { return pc.q_off + uint(b) * pc.q_sb + uint(i) * pc.q_st + uint(h * pc.D); }
+uint k_at(int b, int j, int hk) { return pc.k_off + uint(b) * pc.k_sb + uint(j) * pc.k_st + uint(hk * pc.D); }
+uint v_at(int b, int j, int hk) { return pc.v_off + uint(b) * pc.v_sb + uint(j) * pc.v_st + uint(hk * pc.Dv); }
 
 // The row's visible interval [lo, hi) under the parametric mask (bottom-right aligned).
 void param_interval(int i, out int lo, out int hi) {

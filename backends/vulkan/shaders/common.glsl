@@ -1,5 +1,5 @@
 // Declarations of flash.comp (the flash_rowwise variant) on top of attn_io.glsl (bindings, push
-// constants, loads, mask helpers, the logit).
+// constants with the q/k/v offsets and strides, loads, mask helpers, the logit).
 //
 // One invocation owns one query row (b, h, i); a workgroup owns one q block of BQ rows of one
 // (b, h): gl_WorkGroupID = (q block, q head, batch). No shared memory and no barriers. Statistics
@@ -11,6 +11,12 @@ layout(local_size_x_id = 0) in;                   // BQ rows per workgroup (= ma
 layout(constant_id = 1) const uint DTYPE = 0u;    // 0 f32, 1 f16, 2 bf16
 layout(constant_id = 2) const int DMAX = 64;      // >= max(D, Dv): private array sizes
 layout(constant_id = 3) const int BK = 32;        // kv block (= map's bk), <= 32
+// The head dims when the pipeline is specialised for them (0: read pc.D / pc.Dv). Constant trip
+// counts let the compiler unroll the per-dimension loops and keep qv / acc in registers.
+layout(constant_id = 4) const int DEXACT = 0;
+layout(constant_id = 5) const int DVEXACT = 0;
+#define HEAD_D (DEXACT > 0 ? DEXACT : pc.D)
+#define HEAD_DV (DVEXACT > 0 ? DVEXACT : pc.Dv)
 
 float load_k(uint e) { return k_elem(e, DTYPE); }
 float load_v(uint e) { return v_elem(e, DTYPE); }
@@ -31,7 +37,7 @@ vec2 unpack_pair(uint w) { return unpack_pair_of(w, DTYPE); }
 float dot_qk(uint kbase) {
   float sum = 0.0;
   if (has(FLAG_VEC)) {
-    for (int d = 0; d < pc.D; d += VEC_ELEMS) {
+    for (int d = 0; d < HEAD_D; d += VEC_ELEMS) {
       const uvec4 w = k_vec[(kbase + uint(d)) / uint(VEC_ELEMS)];
       if (DTYPE == 0u) {
         sum += qv[d] * uintBitsToFloat(w.x) + qv[d + 1] * uintBitsToFloat(w.y) + qv[d + 2] * uintBitsToFloat(w.z) +
@@ -44,7 +50,7 @@ float dot_qk(uint kbase) {
       }
     }
   } else {
-    for (int d = 0; d < pc.D; ++d) sum += qv[d] * load_k(kbase + uint(d));
+    for (int d = 0; d < HEAD_D; ++d) sum += qv[d] * load_k(kbase + uint(d));
   }
   return sum;
 }
@@ -52,7 +58,7 @@ float dot_qk(uint kbase) {
 // acc[0 .. Dv) += w * v[vbase .. vbase + Dv). vbase is a multiple of VEC_ELEMS with FLAG_VEC.
 void add_weighted_v(float w, uint vbase) {
   if (has(FLAG_VEC)) {
-    for (int d = 0; d < pc.Dv; d += VEC_ELEMS) {
+    for (int d = 0; d < HEAD_DV; d += VEC_ELEMS) {
       const uvec4 x = v_vec[(vbase + uint(d)) / uint(VEC_ELEMS)];
       if (DTYPE == 0u) {
         acc[d] += w * uintBitsToFloat(x.x);
@@ -68,27 +74,15 @@ void add_weighted_v(float w, uint vbase) {
       }
     }
   } else {
-    for (int d = 0; d < pc.Dv; ++d) acc[d] += w * load_v(vbase + uint(d));
+    for (int d = 0; d < HEAD_DV; ++d) acc[d] += w * load_v(vbase + uint(d));
   }
 }
 
-// Whether local column c of tile `entry` is visible to local row r (static mask only).
-bool tile_visible(uint entry_index, int r, int c, int j, int lo, int hi) {
-  if ((entries[entry_index] & 1u) != 0u) return true;  // full tile
-  if (has(FLAG_PARAM_MASK)) return j >= lo && j < hi;
-  int part = part_index[entry_index];
-  uint w = bits[uint((part * int(gl_WorkGroupSize.x) + r) * pc.words_per_row + (c >> 5))];
-  return ((w >> uint(c & 31)) & 1u) != 0u;
-}
-
-// Bit t set: key j0 + t (t < nj) of tile `e` is visible to the row (static mask and segments).
+// Bit t set: key j0 + t (t < nj) of tile `e` is visible to local row r (static mask and
+// segments): attn_io.glsl's helpers with BQ rows per bitset.
 uint tile_visibility(uint e, int r, int j0, int nj, int lo, int hi, int b, int seg_i) {
-  uint vis = 0u;
-  for (int t = 0; t < nj; ++t) {
-    const int j = j0 + t;
-    if (tile_visible(e, r, t, j, lo, hi) && (!has(FLAG_SEGMENTS) || seg_kv[b * pc.Tk + j] == seg_i))
-      vis |= 1u << uint(t);
-  }
+  uint vis = static_bits(e, r, j0, nj, lo, hi, int(gl_WorkGroupSize.x));
+  if (has(FLAG_SEGMENTS) && vis != 0u) vis &= segment_bits(b, j0, nj, seg_i);
   return vis;
 }
 
@@ -101,7 +95,7 @@ float logit(float dot, int b, int h, int i, int j) { return finish_logit(dot * p
 vec4 dot_qk4(uvec4 kb) {
   vec4 sum = vec4(0.0);
   const uvec4 base = kb / uint(VEC_ELEMS);
-  for (int d = 0; d < pc.D; d += VEC_ELEMS) {
+  for (int d = 0; d < HEAD_D; d += VEC_ELEMS) {
     const uint o = uint(d / VEC_ELEMS);
     const uvec4 w0 = k_vec[base.x + o], w1 = k_vec[base.y + o], w2 = k_vec[base.z + o], w3 = k_vec[base.w + o];
     if (DTYPE == 0u) {
@@ -119,23 +113,29 @@ vec4 dot_qk4(uvec4 kb) {
   return sum;
 }
 
+// Keys of weight 0 (masked, or past the tile's end) add nothing, even when their v holds NaN or
+// inf: their term is selected away, not multiplied (0 x inf = NaN).
+vec4 weighted(float w, vec4 x) { return w != 0.0 ? w * x : vec4(0.0); }
+vec2 weighted(float w, vec2 x) { return w != 0.0 ? w * x : vec2(0.0); }
+
 void add_weighted_v4(vec4 p, uvec4 vb) {
   const uvec4 base = vb / uint(VEC_ELEMS);
-  for (int d = 0; d < pc.Dv; d += VEC_ELEMS) {
+  for (int d = 0; d < HEAD_DV; d += VEC_ELEMS) {
     const uint o = uint(d / VEC_ELEMS);
     const uvec4 x0 = v_vec[base.x + o], x1 = v_vec[base.y + o], x2 = v_vec[base.z + o], x3 = v_vec[base.w + o];
     if (DTYPE == 0u) {
       vec4 a = vec4(acc[d], acc[d + 1], acc[d + 2], acc[d + 3]);
-      a += p.x * uintBitsToFloat(x0) + p.y * uintBitsToFloat(x1) + p.z * uintBitsToFloat(x2) +
-           p.w * uintBitsToFloat(x3);
+      a += weighted(p.x, uintBitsToFloat(x0)) + weighted(p.y, uintBitsToFloat(x1)) +
+           weighted(p.z, uintBitsToFloat(x2)) + weighted(p.w, uintBitsToFloat(x3));
       acc[d] = a.x;
       acc[d + 1] = a.y;
       acc[d + 2] = a.z;
       acc[d + 3] = a.w;
     } else {
       for (int c = 0; c < 4; ++c) {
-        const vec2 a = vec2(acc[d + 2 * c], acc[d + 2 * c + 1]) + p.x * unpack_pair(x0[c]) +
-                       p.y * unpack_pair(x1[c]) + p.z * unpack_pair(x2[c]) + p.w * unpack_pair(x3[c]);
+        const vec2 a = vec2(acc[d + 2 * c], acc[d + 2 * c + 1]) + weighted(p.x, unpack_pair(x0[c])) +
+                       weighted(p.y, unpack_pair(x1[c])) + weighted(p.z, unpack_pair(x2[c])) +
+                       weighted(p.w, unpack_pair(x3[c]));
         acc[d + 2 * c] = a.x;
         acc[d + 2 * c + 1] = a.y;
       }

@@ -87,7 +87,7 @@ void main() {
     const int rr = int(x / DPAD), d = int(x % DPAD);
     const int i = qb * pc.q_rows + rr % pc.q_rows, h = h0 + rr / pc.q_rows;
     float qv = 0.0;
-    if (rr < rows && i < pc.Tq && d < pc.D) qv = q_elem(uint(((b * pc.Tq + i) * pc.Hq + h) * pc.D + d), DTYPE);
+    if (rr < rows && i < pc.Tq && d < pc.D) qv = q_elem(q_at(b, i, h) + uint(d), DTYPE);
     kvsh[uint(rr) * KSTR + uint(d)] = float16_t(qv);
   }
   if (tid < 2u) nonfinite_v[tid] = 0u;
@@ -113,15 +113,14 @@ void main() {
 
   const int hh = pc.map_heads > 1 ? h0 : 0;
   const int e0 = int(row_start[hh * pc.nq + qb]), e1 = int(row_start[hh * pc.nq + qb + 1]);
-  const uint kstride = uint(pc.Hkv * pc.D), vstride = uint(pc.Hkv * pc.Dv);
+  const uint kstride = pc.k_st, vstride = pc.v_st;  // between consecutive keys
   for (int e = e0; e < e1; ++e) {
     const uint entry = entries[e];
     const int j0 = int(entry >> 1) * int(BC);
     const int nj = min(int(BC), pc.Tk - j0);
     const uint parity = uint(e) & 1u;
     barrier();  // every subgroup is done with the previous tile (and with Q)
-    const uint kbase = uint(((b * pc.Tk + j0) * pc.Hkv + hk) * pc.D);
-    const uint vbase = uint(((b * pc.Tk + j0) * pc.Hkv + hk) * pc.Dv);
+    const uint kbase = k_at(b, j0, hk), vbase = v_at(b, j0, hk);
     for (uint x = tid; x < BC * DPAD; x += WG) {
       const uint c = x / DPAD, d = x % DPAD;
       float kv = 0.0;

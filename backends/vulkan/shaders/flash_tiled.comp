@@ -41,7 +41,7 @@ layout(constant_id = 8) const uint KU = 8u;     // keys per online-softmax step 
 // 1: the workgroup is one subgroup (as many invocations as the subgroup has lanes, all of them
 // present): subgroup barriers order the shared-memory tiles.
 layout(constant_id = 9) const uint ONE_SUBGROUP = 0u;
-layout(constant_id = 10) const uint ALIGNED = 0u;  // 1: D % 4 == 0 and Dv % 4 == 0
+layout(constant_id = 10) const uint ALIGNED = 0u;  // 1: as FLAG_ALIGNED4 (rows start at multiples of 4)
 
 const uint KROW = DK4 * DS;  // vec4 per staged key (k) row
 const uint VROW = DV4 * DS;  // vec4 per staged value (v) row
@@ -107,7 +107,7 @@ void main() {
     const int rr = int(team * RPT + r);
     const int i = qb * pc.q_rows + rr % pc.q_rows, h = h0 + rr / pc.q_rows;
     const bool ok = rr < rows && i < pc.Tq;
-    q_in[x] = ok ? load4(0u, uint(((b * pc.Tq + i) * pc.Hq + h) * pc.D), int(4u * (lane + DS * k)), pc.D) * pc.scale
+    q_in[x] = ok ? load4(0u, q_at(b, i, h), int(4u * (lane + DS * k)), pc.D) * pc.scale
                  : vec4(0.0);
     if (k == 0u) seg_in[r] = (has(FLAG_SEGMENTS) && ok) ? seg_q[b * pc.Tq + i] : 0;
   }
@@ -127,7 +127,7 @@ void main() {
   const int e_first = int(row_start[hh * pc.nq + qb]), e_last = int(row_start[hh * pc.nq + qb + 1]);
   const int per_split = (e_last - e_first + pc.nsplit - 1) / pc.nsplit;
   const int e0 = min(e_last, e_first + split * per_split), e1 = min(e_last, e0 + per_split);
-  const uint kstride = uint(pc.Hkv * pc.D), vstride = uint(pc.Hkv * pc.Dv);
+  const uint kstride = pc.k_st, vstride = pc.v_st;  // between consecutive keys
 
   for (int e = e0; e < e1; ++e) {
     const uint entry = entries[e];
@@ -135,8 +135,7 @@ void main() {
     const int nj = min(int(BC), pc.Tk - j0);
     // Stage K and V of keys j0 .. j0 + nj - 1 (keys past Tk and dims past D / Dv read 0).
     tile_barrier();  // every team is done with the previous tile
-    const uint kbase = uint(((b * pc.Tk + j0) * pc.Hkv + hk) * pc.D);
-    const uint vbase = uint(((b * pc.Tk + j0) * pc.Hkv + hk) * pc.Dv);
+    const uint kbase = k_at(b, j0, hk), vbase = v_at(b, j0, hk);
     for (uint idx = tid; idx < BC * KROW; idx += WG) {
       const uint c = idx / KROW, v4 = idx % KROW;
       ks[idx] = int(c) < nj ? load4(1u, kbase + c * kstride, int(4u * v4), pc.D) : vec4(0.0);

@@ -41,7 +41,7 @@ void main() {
       ps[r][c] = (i < pc.Tq && j < pc.Tk) ? scratch[uint((b * pc.Hq + h) * pc.Tq + i) * uint(pc.Tk) + uint(j)] : 0.0;
       // Row r of the V tile is key j0 + r; column c is output column c0 + c.
       const int jv = j0 + r;
-      vsh[r][c] = (jv < pc.Tk && d < pc.Dv) ? v_elem(uint(((b * pc.Tk + jv) * pc.Hkv + hk) * pc.Dv + d), DTYPE) : 0.0;
+      vsh[r][c] = (jv < pc.Tk && d < pc.Dv) ? v_elem(v_at(b, jv, hk) + uint(d), DTYPE) : 0.0;
     }
     barrier();
     const bool guarded = (entry & 1u) == 0u || has(FLAG_BIAS);

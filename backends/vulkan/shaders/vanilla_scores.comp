@@ -51,8 +51,8 @@ void main() {
         for (int x = tid; x < TM * TD; x += 64) {
           const int r = x / TD, d = d0 + x % TD;
           const int i = i0 + r, j = j0 + r;
-          qs[r][x % TD] = (i < pc.Tq && d < pc.D) ? q_elem(uint(((b * pc.Tq + i) * pc.Hq + h) * pc.D + d), DTYPE) : 0.0;
-          ks[r][x % TD] = (j < pc.Tk && d < pc.D) ? k_elem(uint(((b * pc.Tk + j) * pc.Hkv + hk) * pc.D + d), DTYPE) : 0.0;
+          qs[r][x % TD] = (i < pc.Tq && d < pc.D) ? q_elem(q_at(b, i, h) + uint(d), DTYPE) : 0.0;
+          ks[r][x % TD] = (j < pc.Tk && d < pc.D) ? k_elem(k_at(b, j, hk) + uint(d), DTYPE) : 0.0;
         }
         barrier();
         [[unroll]] for (int d = 0; d < TD; ++d) {
