@@ -94,6 +94,15 @@ std::optional<SubgroupTiles> subgroup_tiles(const DeviceDesc& dev, const Problem
   };
   const std::uint64_t group = static_cast<std::uint64_t>(p.Hq / p.Hkv);
   const std::uint64_t available = static_cast<std::uint64_t>(p.Tq) * (p.per_head_map ? 1 : group);
+  // On a CPU implementation a lane owns whole rows, so a problem with one row per kv head in 8+
+  // lanes (a decode without GQA) leaves the other lanes idle; there the row-wise kernel wins
+  // (lavapipe, B1 H16 Tq1 Tk4096 D128: 100 ms row-wise against 243-291 ms here, 1 of 8 lanes busy;
+  // with GQA 8 the lanes fill and this kernel with split-KV takes 32 ms against 255 ms row-wise).
+  if (cpu && !force.variant && available * 8 <= sg) {
+    *why = "software device with " + std::to_string(available) + " row(s) per kv head for " + std::to_string(sg) +
+           " lanes (a lane per row would idle the rest)";
+    return std::nullopt;
+  }
   SubgroupTiles t;
 
   // Lanes per row: on a GPU keep >= 8 rows per subgroup, and more lanes while a lane would hold

@@ -131,6 +131,24 @@ TEST(VulkanSelect, LavapipeTakesTheSubgroupKernelInItsCpuShape) {
   EXPECT_EQ(wide.subgroup.shared_bytes, 32768u);
 }
 
+// On a software device a decode without GQA (one row per kv head) would busy one lane of eight:
+// the row-wise kernel there, saying why; with GQA 8 the subgroup kernel and split-KV; on a GPU
+// the subgroup kernel regardless.
+TEST(VulkanSelect, LavapipeDecodeWithoutGqaTakesTheRowwiseKernel) {
+  const Selection mha = vulkan::select_kernel(lavapipe(), kDebian12, decode(DType::f32, 4096, 16, 16));
+  EXPECT_EQ(mha.variant, Variant::flash_rowwise) << mha.detail();
+  EXPECT_NE(mha.detail().find("flash_subgroup: software device with 1 row(s) per kv head"), std::string::npos)
+      << mha.detail();
+  const Selection gqa = vulkan::select_kernel(lavapipe(), kDebian12, decode(DType::f32, 4096, 16, 2));
+  EXPECT_EQ(gqa.kernel(), "flash_subgroup+split_kv") << gqa.detail();
+  const Selection gpu = vulkan::select_kernel(h100(), kDebian12, decode(DType::f32, 4096, 16, 16));
+  EXPECT_EQ(gpu.variant, Variant::flash_subgroup) << gpu.detail();
+  KernelOverride force;
+  force.variant = Variant::flash_subgroup;
+  EXPECT_EQ(vulkan::select_kernel(lavapipe(), kDebian12, decode(DType::f32, 4096, 16, 16), force).variant,
+            Variant::flash_subgroup);
+}
+
 TEST(VulkanSelect, H100F16TakesCooperativeMatricesKhrFirst) {
   const Selection khr = vulkan::select_kernel(h100(), kNewGlslc, prefill(DType::f16));
   EXPECT_EQ(khr.variant, Variant::flash_coopmat_khr) << khr.detail();
@@ -316,6 +334,10 @@ TEST(VulkanSelect, TilesAreConsistentEverywhere) {
                 EXPECT_EQ(G % s.coop.head_rows, 0);
                 EXPECT_LE(static_cast<std::uint64_t>(s.coop.q_rows) * s.coop.head_rows,
                           16u * s.coop.subgroups);
+              } else if (s.variant == Variant::flash_rowwise) {
+                // Only where a software device would idle all but one lane of a subgroup.
+                EXPECT_TRUE(dev.software);
+                EXPECT_LE(Tq * G * 8, static_cast<std::int64_t>(dev.subgroup_size));
               } else {
                 ADD_FAILURE() << "unexpected variant";
               }
