@@ -15,6 +15,7 @@
 #include "backends/native/reference.h"
 #include "backends/native/reference_backward.h"
 #include "tests/backward/grad_testing.h"
+#include "tests/support/testing.h"
 #include "tests/tiled/tiled_cases.h"
 
 namespace attnops {
@@ -41,7 +42,7 @@ TEST_P(BackwardParity, CpuMatchesOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Explicit, BackwardParity, ::testing::ValuesIn(tiled_test::explicit_cases()),
                          [](const auto& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(Random, BackwardParity, ::testing::ValuesIn(tiled_test::random_cases(140, 20261122)),
+INSTANTIATE_TEST_SUITE_P(Random, BackwardParity, ::testing::ValuesIn(tiled_test::random_cases(testing::random_case_count(140), 20261122)),
                          [](const auto& info) { return info.param.name; });
 
 // Outer strides that are not the contiguous ones, for q, k, v and dout (out copied as is).

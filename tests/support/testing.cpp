@@ -1,6 +1,8 @@
 #include "tests/support/testing.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
 #include <random>
 #include <sstream>
@@ -19,6 +21,15 @@ class GpuRelease : public ::testing::Environment {
 };
 [[maybe_unused]] ::testing::Environment* const kGpuRelease = ::testing::AddGlobalTestEnvironment(new GpuRelease);
 }  // namespace
+
+int random_case_count(int n) {
+  const char* env = std::getenv("ATTNOPS_TEST_RANDOM_CASES");
+  if (env == nullptr || *env == '\0') return n;
+  char* end = nullptr;
+  const long cap = std::strtol(env, &end, 10);
+  if (*end != '\0' || cap < 1) return n;  // not a positive count: every case
+  return static_cast<int>(std::min<long>(n, cap));
+}
 
 Tolerance tolerance_for(DType t) {
   switch (t) {

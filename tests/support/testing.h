@@ -25,6 +25,11 @@ struct Tolerance {
 };
 Tolerance tolerance_for(DType t);
 
+// How many cases a random sweep registers: `n`, or fewer when ATTNOPS_TEST_RANDOM_CASES says so
+// (the sanitizer stage runs the first few of each sweep: it looks for memory and UB errors, which
+// the hand-picked cases and a sample of random ones reach, not for numerical coverage).
+int random_case_count(int n);
+
 // Uniform in [lo, hi), rounded to `dtype`; same seed, same tensor.
 Tensor random_tensor(DType dtype, std::vector<std::int64_t> shape, std::uint64_t seed, float lo = -1.f,
                      float hi = 1.f);

@@ -88,7 +88,7 @@ TEST_P(TiledParity, NativeAndCpuMatchOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Explicit, TiledParity, ::testing::ValuesIn(tiled_test::explicit_cases()),
                          [](const auto& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(Random, TiledParity, ::testing::ValuesIn(tiled_test::random_cases(140, 20261122)),
+INSTANTIATE_TEST_SUITE_P(Random, TiledParity, ::testing::ValuesIn(tiled_test::random_cases(testing::random_case_count(140), 20261122)),
                          [](const auto& info) { return info.param.name; });
 
 // Outer strides that are not the contiguous ones (q heads sliced out of a wider tensor, k / v

@@ -60,7 +60,7 @@ TEST_P(VanillaDecodeRandom, MatchesOracleWithOneTwoAndThreeThreads) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Sweep, VanillaDecodeRandom, ::testing::Range(0, 150));
+INSTANTIATE_TEST_SUITE_P(Sweep, VanillaDecodeRandom, ::testing::Range(0, random_case_count(150)));
 
 // GQA 8:1, B = 1: one batch, so the threads split the kv axis; every mask kind and feature
 // through the split path at a long cache.

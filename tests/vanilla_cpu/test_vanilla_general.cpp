@@ -54,7 +54,7 @@ TEST_P(VanillaGeneralRandom, MatchesOracleWithOneAndTwoThreads) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Sweep, VanillaGeneralRandom, ::testing::Range(0, 150));
+INSTANTIATE_TEST_SUITE_P(Sweep, VanillaGeneralRandom, ::testing::Range(0, random_case_count(150)));
 
 // Large logits (q scaled by 12) stress the max subtraction of the softmax.
 TEST(VanillaGeneral, LargeLogitsStayAccurate) {
