@@ -1,48 +1,45 @@
-// VanillaAttn::forward_cpu: the materialised-scores path (Eigen GEMMs + OpenMP) and the dispatch
-// to the decode path (vanilla_decode.cpp).
+// Per-tier source (compiled once per ISA tier, see README.md): VanillaAttn::forward_cpu, the
+// materialised-scores path. (The decode path is vanilla_decode.cpp; the choice between them and
+// the tier are made by cpu_dispatch.cpp.)
 //
 // Work unit ("task"): one batch b, one kv head hk and a chunk of q rows [i0, i1). The chunk's
 // rows of all G = Hq / Hkv q heads of that kv head are stacked into one fp32 matrix
 //   Qs [M = G * (i1 - i0), D]      row r = g * (i1 - i0) + (i - i0)  <->  q head hk * G + g, query i
-// so the GQA group shares every read of K and V (no copies of K/V per q head). Then
-//   S [M, n] = Qs K[lo:hi]^T       over the kv columns [lo, hi) that some row of the chunk can see
+// so the GQA group shares every read of K and V (no copies of K/V per q head). Then, over the kv
+// columns [lo, hi) that some row of the chunk can see (n = hi - lo, n16 = n rounded up to 16):
+//   S [M, n16] = Qs Kt            Kt [D][256]: a block of 256 keys transposed (and widened)
 //   S -> soft cap, bias, mask, segments, softmax with sinks (vanilla_rows.h)  -> P, lse, weights
-//   O [M, Dv] = P V[lo:hi]
-// f32 K/V are read in place through Eigen maps with the view's row stride (a KV-cache slice works
-// as is); f16/bf16 K/V are widened to fp32 in blocks of kConvertRows keys. Tasks run in parallel
-// (OpenMP, dynamic schedule) with per-thread scratch; q chunks are sized so that S stays bounded
-// (at most kMaxScoreFloats) and so that small B x Hkv still gives every thread work.
-#include "backends/cpu/vanilla_cpu.h"
-
+//   O [M, Dv16] = P Vp            Vp [256][Dv16]: a block of value rows, zero-padded to 16 columns
+// Both products run on the register-blocked micro-kernels of micro_kernels.h (the same as the
+// tiled kernel's), so every tier gets its own vector width: there is no Eigen in tier objects
+// (its GEMM templates would be one link-once copy for all tiers). Padding columns of Kt and rows
+// of Vp are zero, so the padded scores and products stay finite and add nothing.
+// Tasks run in parallel (OpenMP, dynamic schedule) with per-thread scratch; q chunks are sized so
+// that S stays bounded (at most kMaxScoreFloats) and so that small B x Hkv still gives every
+// thread work.
 #include <omp.h>
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-// GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics (_mm512_undefined_ps)
-// once Eigen's GEMM packing is inlined here; a false positive in system headers, silenced so
-// the build stays warning-clean.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <Eigen/Core>
-
-#include "backends/cpu/vanilla_decode.h"
+#include "backends/cpu/aligned.h"
+#include "backends/cpu/micro_kernels.h"
+#include "backends/cpu/tier_entry.h"
 #include "backends/cpu/vanilla_rows.h"
 #include "backends/cpu/vanilla_simd.h"
 
-namespace attnops::cpu {
+namespace attnops::cpu::ATTNOPS_TIER_NS {
 namespace {
 
 using vanilla::i64;
-using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-using MatMap = Eigen::Map<RowMat>;
-using ConstMatMap = Eigen::Map<const RowMat>;
-using StridedMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
 
 constexpr i64 kMaxScoreFloats = i64{1} << 22;  // 16 MiB of scores per thread at most
-constexpr i64 kConvertRows = 256;              // f16/bf16 K/V rows widened per block
+constexpr i64 kKeyBlock = 256;                 // keys per packed K^T / V block
+
+i64 round16(i64 x) {
+  return (x + 15) / 16 * 16;
+}
 
 // Address of element (b, t, h, 0) of a BTHD view, in bytes.
 const char* row_ptr(const TensorView& x, i64 b, i64 t, i64 h) {
@@ -62,7 +59,7 @@ Plan plan_tasks(const AttentionProblem& p, int threads) {
   // M = G * qc rows of about 128..256 make GEMMs efficient while causal chunks stay short enough
   // that computing the chunk's whole visible kv range wastes little above the diagonal.
   pl.qc = std::min<i64>(p.Tq, std::max<i64>(16, 128 / G));
-  pl.qc = std::max<i64>(1, std::min(pl.qc, kMaxScoreFloats / std::max<i64>(1, G * p.Tk)));
+  pl.qc = std::max<i64>(1, std::min(pl.qc, kMaxScoreFloats / std::max<i64>(1, G * round16(p.Tk))));
   auto count = [&] {
     pl.chunks = (p.Tq + pl.qc - 1) / pl.qc;
     pl.tasks = p.B * p.Hkv * pl.chunks;
@@ -75,29 +72,61 @@ Plan plan_tasks(const AttentionProblem& p, int threads) {
   return pl;
 }
 
-void general_attention(const AttentionProblem& p, AttentionBuffers& buffers, int threads) {
+// c [M][N16] (= or +=) a [M][K] b [K][N16]: rows lda / ldb / ldc apart, N16 a multiple of 16.
+// Column panels of 64 outside, so one panel of b stays in cache for all rows of a.
+void gemm(const float* a, i64 lda, const float* b, i64 ldb, i64 M, i64 N16, i64 K, float* c, i64 ldc,
+          bool accumulate) {
+  for (i64 v0 = 0; v0 < N16 / 16; v0 += micro::kMaxNC) {
+    const int NC = static_cast<int>(std::min<i64>(micro::kMaxNC, N16 / 16 - v0));
+    for (i64 r0 = 0; r0 < M; r0 += micro::kMaxR) {
+      const int R = static_cast<int>(std::min<i64>(micro::kMaxR, M - r0));
+      const float* ar = a + r0 * lda;
+      float* cr = c + r0 * ldc + v0 * 16;
+      if (accumulate)
+        micro::kGemm<true>[R - 1][NC - 1](ar, lda, b + v0 * 16, ldb, K, cr, ldc);
+      else
+        micro::kGemm<false>[R - 1][NC - 1](ar, lda, b + v0 * 16, ldb, K, cr, ldc);
+    }
+  }
+}
+
+struct Scratch {
+  AlignedArray<float> Qs, S, O, Kt, Vp, row;
+  std::vector<vanilla::RowMask> rm;
+};
+
+}  // namespace
+
+const char* vanilla_general_forward(const AttentionProblem& p, AttentionBuffers& buffers, int threads) {
   const i64 G = p.group(), Tq = p.Tq, Tk = p.Tk, D = p.D, Dv = p.Dv, Hq = p.Hq, Hkv = p.Hkv;
+  const i64 Dv16 = round16(Dv);
   const DType dt = p.dtype;
   const float scale = static_cast<float>(p.scale);
   const Plan pl = plan_tasks(p, threads);
   const i64 Mmax = G * pl.qc;
-  const i64 nmax = std::max<i64>(1, Tk);
 
   char* out = static_cast<char*>(buffers.out.data());
   const i64 out_es = static_cast<i64>(dtype_size(dt));
   float* lse = buffers.lse ? buffers.lse->data_as<float>() : nullptr;
   float* weights = buffers.weights ? buffers.weights->data_as<float>() : nullptr;
 
+  // Per-thread scratch, allocated before the parallel region (an allocation failure throws here).
+  std::vector<Scratch> scratch(static_cast<std::size_t>(threads));
+  for (Scratch& w : scratch) {
+    w.Qs = aligned_array<float>(Mmax * D);
+    w.S = aligned_array<float>(Mmax * round16(Tk));
+    w.O = aligned_array<float>(Mmax * Dv16);
+    w.Kt = aligned_array<float>(D * kKeyBlock);
+    w.Vp = aligned_array<float>(kKeyBlock * Dv16);
+    w.row = aligned_array<float>(std::max(D, Dv));
+    w.rm.resize(static_cast<std::size_t>(Mmax));
+  }
+
 #pragma omp parallel num_threads(threads)
   {
-    // Our tasks are the parallelism: keep Eigen's GEMM from opening a nested parallel region
-    // (it would when this team has one thread). nthreads-var is per task, so this is local.
-    omp_set_num_threads(1);
-    std::vector<float> Qs(static_cast<std::size_t>(Mmax * D)), S(static_cast<std::size_t>(Mmax * nmax));
-    std::vector<float> O(static_cast<std::size_t>(Mmax * Dv));
-    std::vector<float> KVc(dt == DType::f32 ? 0 : static_cast<std::size_t>(kConvertRows * std::max(D, Dv)));
-    std::vector<vanilla::RowMask> rm(static_cast<std::size_t>(Mmax));
-
+    Scratch& w = scratch[static_cast<std::size_t>(omp_get_thread_num())];
+    float *Qs = w.Qs.get(), *S = w.S.get(), *O = w.O.get(), *Kt = w.Kt.get(), *Vp = w.Vp.get(),
+          *row = w.row.get();
 #pragma omp for schedule(dynamic, 1)
     for (i64 t = 0; t < pl.tasks; ++t) {
       const i64 b = t / (Hkv * pl.chunks), hk = (t / pl.chunks) % Hkv, c = t % pl.chunks;
@@ -107,10 +136,10 @@ void general_attention(const AttentionProblem& p, AttentionBuffers& buffers, int
 
       i64 lo = Tk, hi = 0;
       for (i64 r = 0; r < M; ++r) {
-        rm[r] = vanilla::row_mask(p, head(r), query(r));
-        if (rm[r].hi > rm[r].lo) {
-          lo = std::min(lo, rm[r].lo);
-          hi = std::max(hi, rm[r].hi);
+        w.rm[r] = vanilla::row_mask(p, head(r), query(r));
+        if (w.rm[r].hi > w.rm[r].lo) {
+          lo = std::min(lo, w.rm[r].lo);
+          hi = std::max(hi, w.rm[r].hi);
         }
       }
       if (hi <= lo) {  // the whole chunk is masked: output stays 0, lse -inf, weights 0
@@ -118,74 +147,51 @@ void general_attention(const AttentionProblem& p, AttentionBuffers& buffers, int
           for (i64 r = 0; r < M; ++r) lse[(b * Hq + head(r)) * Tq + query(r)] = vanilla::kNegInf;
         continue;
       }
-      const i64 n = hi - lo;
+      const i64 n = hi - lo, lds = round16(n);
 
       for (i64 g = 0; g < G; ++g)
-        vanilla::load_rows_f32(row_ptr(p.q, b, i0, hk * G + g), dt, p.q.stride(1), nq, D,
-                               Qs.data() + g * nq * D, D, scale);
-      ConstMatMap Q(Qs.data(), M, D);
-      MatMap Sm(S.data(), M, n);
-      if (dt == DType::f32) {
-        StridedMap K(reinterpret_cast<const float*>(row_ptr(p.k, b, lo, hk)), n, D,
-                     Eigen::OuterStride<>(p.k.stride(1)));
-        Sm.noalias() = Q * K.transpose();
-      } else {
-        for (i64 j = 0; j < n; j += kConvertRows) {
-          const i64 w = std::min(kConvertRows, n - j);
-          vanilla::load_rows_f32(row_ptr(p.k, b, lo + j, hk), dt, p.k.stride(1), w, D, KVc.data(), D);
-          Sm.middleCols(j, w).noalias() = Q * ConstMatMap(KVc.data(), w, D).transpose();
+        vanilla::load_rows_f32(row_ptr(p.q, b, i0, hk * G + g), dt, p.q.stride(1), nq, D, Qs + g * nq * D, D,
+                               scale);
+      // S = Qs K^T, one block of keys at a time.
+      for (i64 j = 0; j < n; j += kKeyBlock) {
+        const i64 bw = std::min(kKeyBlock, n - j), bw16 = round16(bw);
+        for (i64 cc = 0; cc < bw; ++cc) {
+          simd::convert_row(row_ptr(p.k, b, lo + j + cc, hk), dt, D, row);
+          for (i64 d = 0; d < D; ++d) Kt[d * bw16 + cc] = row[d];
         }
+        for (i64 d = 0; d < D; ++d) std::fill(Kt + d * bw16 + bw, Kt + (d + 1) * bw16, 0.f);
+        gemm(Qs, D, Kt, bw16, M, bw16, D, S + j, lds, false);
       }
 
       for (i64 r = 0; r < M; ++r) {
         const i64 hq = head(r), i = query(r);
-        float* s = S.data() + r * n;
-        vanilla::finish_logits(p, b, hq, i, rm[r], lo, hi, s);
+        float* s = S + r * lds;
+        vanilla::finish_logits(p, b, hq, i, w.rm[r], lo, hi, s);
         const float row_lse = vanilla::softmax_row(s, n, p.sinks ? p.sinks + hq : nullptr);
         if (lse) lse[(b * Hq + hq) * Tq + i] = row_lse;
         if (weights)  // columns outside [lo, hi) are invisible: the zero-filled buffer is right
-          std::memcpy(weights + ((b * Hq + hq) * Tq + i) * Tk + lo, s,
-                      static_cast<std::size_t>(n) * sizeof(float));
+          std::memcpy(weights + ((b * Hq + hq) * Tq + i) * Tk + lo, s, static_cast<std::size_t>(n) * sizeof(float));
       }
 
-      MatMap Om(O.data(), M, Dv);
-      if (dt == DType::f32) {
-        StridedMap V(reinterpret_cast<const float*>(row_ptr(p.v, b, lo, hk)), n, Dv,
-                     Eigen::OuterStride<>(p.v.stride(1)));
-        Om.noalias() = Sm * V;
-      } else {
-        Om.setZero();
-        for (i64 j = 0; j < n; j += kConvertRows) {
-          const i64 w = std::min(kConvertRows, n - j);
-          vanilla::load_rows_f32(row_ptr(p.v, b, lo + j, hk), dt, p.v.stride(1), w, Dv, KVc.data(), Dv);
-          Om.noalias() += Sm.middleCols(j, w) * ConstMatMap(KVc.data(), w, Dv);
+      // O = P V, one block of value rows at a time (the scores' padding columns hold 0).
+      for (i64 j = 0; j < n; j += kKeyBlock) {
+        const i64 bw = std::min(kKeyBlock, n - j), bw16 = round16(bw);
+        for (i64 cc = 0; cc < bw16; ++cc) {
+          float* vr = Vp + cc * Dv16;
+          i64 filled = 0;
+          if (cc < bw) {
+            simd::convert_row(row_ptr(p.v, b, lo + j + cc, hk), dt, Dv, vr);
+            filled = Dv;
+          }
+          std::fill(vr + filled, vr + Dv16, 0.f);
         }
+        gemm(S + j, lds, Vp, Dv16, M, Dv16, bw16, O, Dv16, j > 0);
       }
       for (i64 r = 0; r < M; ++r)
-        vanilla::store_row(O.data() + r * Dv, Dv, dt,
-                           out + (((b * Tq + query(r)) * Hq + head(r)) * Dv) * out_es);
+        vanilla::store_row(O + r * Dv16, Dv, dt, out + (((b * Tq + query(r)) * Hq + head(r)) * Dv) * out_es);
     }
   }
+  return "materialised scores, micro-kernel GEMMs";
 }
 
-}  // namespace
-
-void vanilla_attention(const AttentionProblem& p, AttentionBuffers& buffers) {
-  if (p.B == 0 || p.Tq == 0 || p.Hq == 0) return;
-  const int threads = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
-  if (p.Tk == 0) {  // nothing to attend to: output stays 0, every lse is -inf
-    if (buffers.lse) {
-      float* l = buffers.lse->data_as<float>();
-      std::fill(l, l + buffers.lse->numel(), vanilla::kNegInf);
-    }
-    return;
-  }
-  // The decode path cannot return the weights (it never materialises a whole row).
-  if (p.Tq <= kDecodeMaxQ && !p.want_weights) {
-    vanilla_decode(p, buffers, threads);
-  } else {
-    general_attention(p, buffers, threads);
-  }
-}
-
-}  // namespace attnops::cpu
+}  // namespace attnops::cpu::ATTNOPS_TIER_NS

@@ -1,4 +1,5 @@
-// Per-row logit and softmax steps of VanillaAttn::forward_cpu (private to backends/cpu/vanilla_*).
+// Per-row logit and softmax steps of VanillaAttn::forward_cpu (per-tier header, private to
+// backends/cpu/vanilla_*.cpp).
 //
 // Both vanilla paths (materialised scores, decode streaming) turn raw scaled scores into
 // probabilities with the same steps, in the order of the spec:
@@ -7,7 +8,6 @@
 // A row with no visible column gives probabilities 0 (so output 0) and lse -inf, never NaN.
 #pragma once
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -16,9 +16,8 @@
 #include "attnops/problem.h"
 #include "backends/cpu/vanilla_simd.h"
 
-namespace attnops::cpu::vanilla {
+namespace attnops::cpu::ATTNOPS_TIER_NS::vanilla {
 
-using i64 = std::int64_t;
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // The visible columns of one (q head, q row) under the static mask: all lie in [lo, hi); when
@@ -30,8 +29,7 @@ struct RowMask {
 
 inline RowMask row_mask(const AttentionProblem& p, i64 hq, i64 i) {
   if (!p.has_mask()) return {0, p.Tk, true};
-  if (auto iv = p.mask.row_interval(hq, i, p.Tq, p.Tk))
-    return {iv->first, std::max(iv->first, iv->second), true};
+  if (auto iv = p.mask.row_interval(hq, i, p.Tq, p.Tk)) return {iv->first, std::max(iv->first, iv->second), true};
   return {0, p.Tk, false};
 }
 
@@ -44,12 +42,22 @@ inline void finish_logits(const AttentionProblem& p, i64 b, i64 hq, i64 i, const
   std::fill(s + (e - j0), s + (j1 - j0), kNegInf);
   if (e <= a) return;
   float* sv = s + (a - j0);
-  Eigen::Map<Eigen::ArrayXf> row(sv, e - a);
+  const i64 n = e - a;
   if (p.soft_cap) {
     const float cap = static_cast<float>(*p.soft_cap);
-    row = cap * (row * (1.f / cap)).tanh();
+    const simd::V16 capv = simd::set1(cap), inv = simd::set1(1.f / cap);
+    for (i64 j = 0; j < n; j += 16) {
+      const int w = lanes_left(n - j);
+      simd::store_n(sv + j, simd::mul(capv, simd::tanh(simd::mul(simd::load_n(sv + j, w), inv))), w);
+    }
   }
-  if (p.bias) row += Eigen::Map<const Eigen::ArrayXf>(p.bias_row(b, hq, i) + a, e - a);
+  if (p.bias) {
+    const float* bias = p.bias_row(b, hq, i) + a;
+    for (i64 j = 0; j < n; j += 16) {
+      const int w = lanes_left(n - j);
+      simd::store_n(sv + j, simd::add(simd::load_n(sv + j, w), simd::load_n(bias + j, w)), w);
+    }
+  }
   if (!rm.exact) {
     for (i64 j = a; j < e; ++j)
       if (!p.mask.visible(hq, i, j, p.Tq, p.Tk)) sv[j - a] = kNegInf;
@@ -62,6 +70,25 @@ inline void finish_logits(const AttentionProblem& p, i64 b, i64 hq, i64 i, const
   }
 }
 
+// max over s[0..n) (-inf for n == 0).
+inline float row_max(const float* s, i64 n) {
+  simd::V16 m = simd::set1(kNegInf);
+  for (i64 j = 0; j < n; j += 16) {
+    const int w = lanes_left(n - j);
+    m = simd::max(m, simd::select(first_lanes(w), simd::load_n(s + j, w), simd::set1(kNegInf)));
+  }
+  return simd::reduce_max(m);
+}
+
+// s[0..n) *= f.
+inline void scale_row(float* s, i64 n, float f) {
+  const simd::V16 fv = simd::set1(f);
+  for (i64 j = 0; j < n; j += 16) {
+    const int w = lanes_left(n - j);
+    simd::store_n(s + j, simd::mul(simd::load_n(s + j, w), fv), w);
+  }
+}
+
 // Softmax of one fully materialised row in place (sink: the q head's sink logit or null).
 // Returns the row's lse = log(sum over visible keys of exp(s)): the sink joins the normaliser of
 // the probabilities but not the lse (as the oracle defines it). A fully masked row becomes all
@@ -69,14 +96,14 @@ inline void finish_logits(const AttentionProblem& p, i64 b, i64 hq, i64 i, const
 // logit cannot flush the lse to -inf; exp(sink - m) overflowing only drives the weights to 0,
 // which is their limit.
 inline float softmax_row(float* s, i64 n, const float* sink) {
-  const float m = n > 0 ? Eigen::Map<const Eigen::ArrayXf>(s, n).maxCoeff() : kNegInf;
+  const float m = row_max(s, n);
   if (m == kNegInf) {
     std::fill(s, s + n, 0.f);
     return kNegInf;
   }
   const float l = exp_shift_sum(s, n, m);
   const float denom = l + (sink ? std::exp(*sink - m) : 0.f);
-  Eigen::Map<Eigen::ArrayXf>(s, n) *= 1.f / denom;
+  scale_row(s, n, 1.f / denom);
   return m + std::log(l);
 }
 
@@ -90,7 +117,7 @@ struct OnlineRow {
 // Folds one block of final logits s[0..n) into (st, acc): s becomes exp(s - m_new) (0 where
 // masked) for the P.V step, acc and l are rescaled to the new max.
 inline void online_update(float* s, i64 n, OnlineRow& st, float* acc, i64 Dv) {
-  const float bm = Eigen::Map<const Eigen::ArrayXf>(s, n).maxCoeff();
+  const float bm = row_max(s, n);
   if (bm == kNegInf) {  // nothing visible in this block
     std::fill(s, s + n, 0.f);
     return;
@@ -100,10 +127,10 @@ inline void online_update(float* s, i64 n, OnlineRow& st, float* acc, i64 Dv) {
   const float sum = exp_shift_sum(s, n, mn);
   if (corr != 1.f) {
     st.l *= corr;
-    Eigen::Map<Eigen::ArrayXf>(acc, Dv) *= corr;
+    scale_row(acc, Dv, corr);
   }
   st.l += sum;
   st.m = mn;
 }
 
-}  // namespace attnops::cpu::vanilla
+}  // namespace attnops::cpu::ATTNOPS_TIER_NS::vanilla

@@ -1,0 +1,85 @@
+// Register-blocked fp32 micro-kernels on V16 (per-tier header; see simd16.h). Shared by the tiled
+// kernel (tiled_f32.h) and vanilla's GEMMs (vanilla_cpu.cpp).
+//
+// Both keep R x NC accumulators in registers (R broadcast rows, NC vectors of 16 lanes; at most
+// 6 x 4 = 24 vectors) and stream the other operand:
+//   gemm_micro   c[r][16n + l] (=|+=) sum_k a[r * lda + k] * b[k * ldb + 16n + l]
+//   scaled_acc   c[r][16n + l] = s[16n + l] * c[r][16n + l] + sum_k a[k * lda + r] * b[k * ldb + 16n + l]
+// (scaled_acc reads `a` transposed: the tiled kernel's O^T = alpha * O^T + V^T P^T with V rows.)
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "backends/cpu/simd16.h"
+
+namespace attnops::cpu::ATTNOPS_TIER_NS::micro {
+
+using simd::V16;
+
+inline constexpr int kMaxR = 6;   // broadcast rows per micro-tile
+inline constexpr int kMaxNC = 4;  // vectors of 16 lanes per micro-tile
+
+template <int R, int NC, bool kAccumulate>
+void gemm_micro(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, std::int64_t K, float* c,
+                std::int64_t ldc) {
+  V16 acc[R][NC];
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NC; ++n) acc[r][n] = kAccumulate ? simd::load(c + r * ldc + 16 * n) : simd::zero();
+  for (std::int64_t k = 0; k < K; ++k) {
+    V16 bv[NC];
+    for (int n = 0; n < NC; ++n) bv[n] = simd::load(b + k * ldb + 16 * n);
+    for (int r = 0; r < R; ++r) {
+      const V16 ab = simd::set1(a[r * lda + k]);
+      for (int n = 0; n < NC; ++n) acc[r][n] = simd::fma(ab, bv[n], acc[r][n]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NC; ++n) simd::store(c + r * ldc + 16 * n, acc[r][n]);
+}
+
+template <int R, int NC>
+void scaled_acc(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, std::int64_t K,
+                const float* s, float* c, std::int64_t ldc) {
+  V16 acc[R][NC];
+  for (int n = 0; n < NC; ++n) {
+    const V16 sv = simd::load(s + 16 * n);
+    for (int r = 0; r < R; ++r) acc[r][n] = simd::mul(simd::load(c + r * ldc + 16 * n), sv);
+  }
+  for (std::int64_t k = 0; k < K; ++k) {
+    V16 bv[NC];
+    for (int n = 0; n < NC; ++n) bv[n] = simd::load(b + k * ldb + 16 * n);
+    const float* ak = a + k * lda;
+    for (int r = 0; r < R; ++r) {
+      const V16 ab = simd::set1(ak[r]);
+      for (int n = 0; n < NC; ++n) acc[r][n] = simd::fma(ab, bv[n], acc[r][n]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int n = 0; n < NC; ++n) simd::store(c + r * ldc + 16 * n, acc[r][n]);
+}
+
+// Tables indexed [R - 1][NC - 1]: the edges of a tile use the smaller shapes, so no size is padded.
+template <bool kAccumulate>
+using GemmFn = void (*)(const float*, std::int64_t, const float*, std::int64_t, std::int64_t, float*,
+                        std::int64_t);
+using ScaledAccFn = void (*)(const float*, std::int64_t, const float*, std::int64_t, std::int64_t,
+                             const float*, float*, std::int64_t);
+
+template <int R, bool kAccumulate>
+constexpr std::array<GemmFn<kAccumulate>, kMaxNC> gemm_row() {
+  return {gemm_micro<R, 1, kAccumulate>, gemm_micro<R, 2, kAccumulate>, gemm_micro<R, 3, kAccumulate>,
+          gemm_micro<R, 4, kAccumulate>};
+}
+template <int R>
+constexpr std::array<ScaledAccFn, kMaxNC> scaled_row() {
+  return {scaled_acc<R, 1>, scaled_acc<R, 2>, scaled_acc<R, 3>, scaled_acc<R, 4>};
+}
+template <bool kAccumulate>
+inline constexpr std::array<std::array<GemmFn<kAccumulate>, kMaxNC>, kMaxR> kGemm = {
+    gemm_row<1, kAccumulate>(), gemm_row<2, kAccumulate>(), gemm_row<3, kAccumulate>(),
+    gemm_row<4, kAccumulate>(), gemm_row<5, kAccumulate>(), gemm_row<6, kAccumulate>()};
+inline constexpr std::array<std::array<ScaledAccFn, kMaxNC>, kMaxR> kScaledAcc = {
+    scaled_row<1>(), scaled_row<2>(), scaled_row<3>(), scaled_row<4>(), scaled_row<5>(), scaled_row<6>()};
+
+}  // namespace attnops::cpu::ATTNOPS_TIER_NS::micro
