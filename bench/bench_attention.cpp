@@ -1,6 +1,7 @@
 // Prefill attention speed through the public API, against an SGEMM ceiling in the same binary.
 //
-//   bench_attention --benchmark_filter=Sgemm          Eigen SGEMM 2048^3 (the ceiling proxy)
+//   bench_attention --benchmark_filter=Sgemm          Eigen SGEMM 2048^3 (the ceiling proxy; the
+//                                                     best ISA copy, cli/sgemm.h)
 //   bench_attention --benchmark_filter=Attention/     ops x backends x shapes (see below)
 //   bench_attention --benchmark_filter=BlockSizes/    flash_attn2 cpu, T=2048 D=128, bq x bk grid
 //
@@ -22,21 +23,16 @@
 // T=2048 for reference; native (scalar, slow) only at B=1 H=4 T=256 D=64.
 #include <omp.h>
 
-// GCC 12 warns "'__Y' may be used uninitialized" inside its own AVX-512 intrinsics as Eigen's
-// GEMM inlines them (GCC bug 105593); the warning is about the compiler's header, not this code.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
 #include <benchmark/benchmark.h>
 
-#include <Eigen/Dense>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "attnops/attnops.h"
 #include "bench/bench_inputs.h"
+#include "cli/sgemm.h"
 
 namespace {
 
@@ -47,15 +43,19 @@ using attnops::Tensor;
 using attnops::bench::filled;
 
 void BM_Sgemm(benchmark::State& state) {
-  const Eigen::Index n = state.range(0);
-  Eigen::setNbThreads(omp_get_max_threads());
-  const Eigen::MatrixXf a = Eigen::MatrixXf::Random(n, n), b = Eigen::MatrixXf::Random(n, n);
-  Eigen::MatrixXf c(n, n);
+  const int n = static_cast<int>(state.range(0));
+  const auto elems = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
+  std::vector<float> a(elems), b(elems), c(elems);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (std::size_t i = 0; i < elems; ++i) a[i] = u(rng), b[i] = u(rng);
+  std::string isa;
   for (auto _ : state) {
-    c.noalias() = a * b;
+    attnops::cli::sgemm_best(a.data(), b.data(), c.data(), n, omp_get_max_threads(), &isa);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
+  state.SetLabel("eigen " + isa);
   state.counters["GFLOPs"] = benchmark::Counter(
       2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) * 1e-9,
       benchmark::Counter::kIsIterationInvariantRate);

@@ -1,9 +1,10 @@
 // `attnops bench`: a sweep of operators x backends x shapes x dtypes x causal, timed on this
-// machine, with an Eigen SGEMM row measured in the same run as the yardstick.
+// machine, with an Eigen SGEMM row measured in the same run as the yardstick (its best ISA copy
+// for this CPU, named in the row: cli/sgemm.h).
 //
-// Each row: the operator asked for and the one that ran, the backend actually used (from the
-// decision), the median time over --repeats samples (each the mean of enough calls to last
-// >= 20 ms), GFLOP/s and the max error against the fp64 oracle on a small verification run of
+// Each row: the operator asked for and the one that ran, the backend actually used and the
+// kernel variant inside it (from the decision: the cpu ISA tier, e.g. avx512bf16), the median
+// time over --repeats samples (each the mean of enough calls to last >= 20 ms), GFLOP/s and the max error against the fp64 oracle on a small verification run of
 // the same configuration (same operator, backend, dtype, mask, heads and head_dim; sequence
 // lengths cut to <= 256, keeping Tq == 1 and Tq % 128 != 0 as they were so that the same
 // fallbacks apply).
@@ -52,6 +53,7 @@ struct BenchArgs {
 struct Row {
   std::string op, backend_requested;  // what was asked for
   std::string ran, backend;           // what the decision says ran
+  std::string kernel;                 // the backend's kernel variant (decision.run.kernel)
   std::string reasons;                // reason codes, comma separated
   BenchShape shape;
   DType dtype = DType::f32;
@@ -115,6 +117,7 @@ void run_row(Row& row, const Config& base, const Overrides& threads, int repeats
   row.median_ms = ms[ms.size() / 2];
   row.ran = r.decision.op;
   row.backend = std::string(backend_name(r.decision.backend));
+  row.kernel = r.decision.run.kernel;
   row.reasons = reason_codes(r.decision);
   const OperationMetadata& md = metadata_that_ran(attn, r.decision);
   const AttentionProblem p = make_problem(in.q, in.k, in.v, opts, md);
@@ -136,21 +139,22 @@ std::string fmt(const char* f, double v) {
 void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmResult& sgemm) {
   out << "# " << kFlopsNote << "\n";
   char line[512];
-  std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-22s %-5s %-6s %10s %9s %8s %9s  %s\n", "operator",
-                "asked", "ran", "backend", "shape", "dtype", "causal", "median_ms", "GFLOP/s", "vs_sgemm",
-                "max_err", "reasons");
+  std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-11s %-22s %-5s %-6s %10s %9s %8s %9s  %s\n",
+                "operator", "asked", "ran", "backend", "kernel", "shape", "dtype", "causal", "median_ms", "GFLOP/s",
+                "vs_sgemm", "max_err", "reasons");
   out << line;
   if (sgemm.n > 0) {
     const std::string shape = std::to_string(sgemm.n) + "^3";
-    std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-22s %-5s %-6s %10.3f %9.1f %8.2f %9s  %s\n",
-                  "eigen_sgemm", "-", "sgemm", "cpu", shape.c_str(), "f32", "-", sgemm.median_ms,
+    std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-11s %-22s %-5s %-6s %10.3f %9.1f %8.2f %9s  %s\n",
+                  "eigen_sgemm", "-", "sgemm", "cpu", sgemm.isa.c_str(), shape.c_str(), "f32", "-", sgemm.median_ms,
                   sgemm.gflops, 1.0, "-", "");
     out << line;
   }
   for (const Row& r : rows) {
-    std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-22s %-5s %-6s %10s %9s %8s %9s  %s\n",
+    std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-11s %-22s %-5s %-6s %10s %9s %8s %9s  %s\n",
                   r.op.c_str(), r.backend_requested.c_str(), r.ran.empty() ? "-" : r.ran.c_str(),
-                  r.backend.empty() ? "-" : r.backend.c_str(), r.shape.label().c_str(),
+                  r.backend.empty() ? "-" : r.backend.c_str(), r.kernel.empty() ? "-" : r.kernel.c_str(),
+                  r.shape.label().c_str(),
                   std::string(dtype_name(r.dtype)).c_str(), r.causal ? "yes" : "no",
                   fmt("%.3f", r.median_ms).c_str(), fmt("%.1f", r.gflops).c_str(),
                   fmt("%.3f", r.vs_sgemm).c_str(), fmt("%.2e", r.max_err).c_str(),
@@ -172,14 +176,15 @@ std::string csv_quote(const std::string& s) {
 void write_csv(const std::string& path, const std::vector<Row>& rows, const SgemmResult& sgemm) {
   std::ofstream f(path);
   if (!f) throw Error(ErrorCode::io_error, "--csv " + path + ": cannot open for writing");
-  f << "operator,backend_requested,ran,backend,B,Hq,Hkv,Tq,Tk,D,dtype,causal,"
+  f << "operator,backend_requested,ran,backend,kernel,B,Hq,Hkv,Tq,Tk,D,dtype,causal,"
        "median_ms,gflops,vs_sgemm,max_err,reasons,error\n";
   auto num = [](double v) { return std::isfinite(v) ? fmt("%.6g", v) : std::string(); };
   if (sgemm.n > 0)
-    f << "eigen_sgemm,,sgemm,cpu,,,,,," << sgemm.n << ",f32,," << num(sgemm.median_ms) << ","
+    f << "eigen_sgemm,,sgemm,cpu," << sgemm.isa << ",,,,,," << sgemm.n << ",f32,," << num(sgemm.median_ms) << ","
       << num(sgemm.gflops) << ",1,,,\n";
   for (const Row& r : rows)
-    f << r.op << "," << r.backend_requested << "," << r.ran << "," << r.backend << "," << r.shape.B << ","
+    f << r.op << "," << r.backend_requested << "," << r.ran << "," << r.backend << "," << r.kernel << ","
+      << r.shape.B << ","
       << r.shape.Hq << "," << r.shape.Hkv << "," << r.shape.Tq << "," << r.shape.Tk << "," << r.shape.D << ","
       << dtype_name(r.dtype) << "," << (r.causal ? "true" : "false") << "," << num(r.median_ms) << ","
       << num(r.gflops) << "," << num(r.vs_sgemm) << "," << num(r.max_err) << "," << csv_quote(r.reasons)
@@ -190,7 +195,8 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Sgem
 void write_json(const std::string& path, const std::vector<Row>& rows, const SgemmResult& sgemm) {
   nlohmann::json j;
   j["flops_convention"] = kFlopsNote;
-  if (sgemm.n > 0) j["sgemm"] = {{"n", sgemm.n}, {"median_ms", sgemm.median_ms}, {"gflops", sgemm.gflops}};
+  if (sgemm.n > 0)
+    j["sgemm"] = {{"n", sgemm.n}, {"median_ms", sgemm.median_ms}, {"gflops", sgemm.gflops}, {"isa", sgemm.isa}};
   auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   j["rows"] = nlohmann::json::array();
   for (const Row& r : rows)
@@ -198,6 +204,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Sge
                          {"backend_requested", r.backend_requested},
                          {"ran", r.ran},
                          {"backend", r.backend},
+                         {"kernel", r.kernel},
                          {"B", r.shape.B},
                          {"Hq", r.shape.Hq},
                          {"Hkv", r.shape.Hkv},
@@ -247,7 +254,8 @@ void plot_rows(const std::string& path, const std::vector<Row>& rows, const Sgem
       series_index[key] = spec.series.size();
       spec.series.push_back({key, {}});
     }
-    if (!r.backend.empty()) ran_on[key].insert(r.ran + "@" + r.backend);
+    if (!r.backend.empty())
+      ran_on[key].insert(r.ran + "@" + r.backend + (r.kernel.empty() ? "" : "/" + r.kernel));
   }
   for (auto& s : spec.series) {
     s.values.assign(spec.categories.size(), NAN);
@@ -260,7 +268,8 @@ void plot_rows(const std::string& path, const std::vector<Row>& rows, const Sgem
   }
   for (const Row& r : rows)
     spec.series[series_index[series_of(r)]].values[category_index[category_of(r)]] = r.gflops;
-  if (sgemm.n > 0) spec.hlines.emplace_back("Eigen SGEMM " + std::to_string(sgemm.n) + "^3", sgemm.gflops);
+  if (sgemm.n > 0)
+    spec.hlines.emplace_back("Eigen SGEMM " + std::to_string(sgemm.n) + "^3 (" + sgemm.isa + ")", sgemm.gflops);
   write_plot(spec, path);
 }
 

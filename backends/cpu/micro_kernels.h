@@ -6,6 +6,12 @@
 //   gemm_micro   c[r][16n + l] (=|+=) sum_k a[r * lda + k] * b[k * ldb + 16n + l]
 //   scaled_acc   c[r][16n + l] = s[16n + l] * c[r][16n + l] + sum_k a[k * lda + r] * b[k * ldb + 16n + l]
 // (scaled_acc reads `a` transposed: the tiled kernel's O^T = alpha * O^T + V^T P^T with V rows.)
+//
+// The callers' tile shapes (up to kMaxR x kMaxNC) are split into register tiles of at most
+// kRegR x kRegNC that fit the tier's vector registers without spilling: 6 x 4 zmm accumulators
+// of 32 on AVX-512, 6 x 1 (= 12 ymm of 16) on AVX2, 2 x 1 (= 8 xmm of 16) on the baseline.
+// Each register tile streams the whole reduced axis; the split only re-reads the operands
+// from L1.
 #pragma once
 
 #include <array>
@@ -19,10 +25,26 @@ using simd::V16;
 
 inline constexpr int kMaxR = 6;   // broadcast rows per micro-tile
 inline constexpr int kMaxNC = 4;  // vectors of 16 lanes per micro-tile
+#if ATTNOPS_TIER_LEVEL >= 2
+inline constexpr int kRegR = 6, kRegNC = 4;
+#elif ATTNOPS_TIER_LEVEL == 1
+inline constexpr int kRegR = 6, kRegNC = 1;
+#else
+inline constexpr int kRegR = 2, kRegNC = 1;
+#endif
 
 template <int R, int NC, bool kAccumulate>
 void gemm_micro(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, std::int64_t K, float* c,
                 std::int64_t ldc) {
+  if constexpr (NC > kRegNC) {
+    gemm_micro<R, kRegNC, kAccumulate>(a, lda, b, ldb, K, c, ldc);
+    gemm_micro<R, NC - kRegNC, kAccumulate>(a, lda, b + 16 * kRegNC, ldb, K, c + 16 * kRegNC, ldc);
+    return;
+  } else if constexpr (R > kRegR) {
+    gemm_micro<kRegR, NC, kAccumulate>(a, lda, b, ldb, K, c, ldc);
+    gemm_micro<R - kRegR, NC, kAccumulate>(a + kRegR * lda, lda, b, ldb, K, c + kRegR * ldc, ldc);
+    return;
+  }
   V16 acc[R][NC];
   for (int r = 0; r < R; ++r)
     for (int n = 0; n < NC; ++n) acc[r][n] = kAccumulate ? simd::load(c + r * ldc + 16 * n) : simd::zero();
@@ -41,6 +63,15 @@ void gemm_micro(const float* a, std::int64_t lda, const float* b, std::int64_t l
 template <int R, int NC>
 void scaled_acc(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, std::int64_t K,
                 const float* s, float* c, std::int64_t ldc) {
+  if constexpr (NC > kRegNC) {
+    scaled_acc<R, kRegNC>(a, lda, b, ldb, K, s, c, ldc);
+    scaled_acc<R, NC - kRegNC>(a, lda, b + 16 * kRegNC, ldb, K, s + 16 * kRegNC, c + 16 * kRegNC, ldc);
+    return;
+  } else if constexpr (R > kRegR) {
+    scaled_acc<kRegR, NC>(a, lda, b, ldb, K, s, c, ldc);
+    scaled_acc<R - kRegR, NC>(a + kRegR, lda, b, ldb, K, s, c + kRegR * ldc, ldc);
+    return;
+  }
   V16 acc[R][NC];
   for (int n = 0; n < NC; ++n) {
     const V16 sv = simd::load(s + 16 * n);
