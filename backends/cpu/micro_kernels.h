@@ -5,6 +5,7 @@
 // 6 x 4 = 24 vectors) and stream the other operand:
 //   gemm_micro   c[r][16n + l] (=|+=) sum_k a[r * lda + k] * b[k * ldb + 16n + l]
 //   scaled_acc   c[r][16n + l] = s[16n + l] * c[r][16n + l] + sum_k a[k * lda + r] * b[k * ldb + 16n + l]
+//                (s == nullptr: c starts from 0 instead)
 // (scaled_acc reads `a` transposed: the tiled kernel's O^T = alpha * O^T + V^T P^T with V rows.)
 //
 // The callers' tile shapes (up to kMaxR x kMaxNC) are split into register tiles of at most
@@ -65,7 +66,7 @@ void scaled_acc(const float* a, std::int64_t lda, const float* b, std::int64_t l
                 const float* s, float* c, std::int64_t ldc) {
   if constexpr (NC > kRegNC) {
     scaled_acc<R, kRegNC>(a, lda, b, ldb, K, s, c, ldc);
-    scaled_acc<R, NC - kRegNC>(a, lda, b + 16 * kRegNC, ldb, K, s + 16 * kRegNC, c + 16 * kRegNC, ldc);
+    scaled_acc<R, NC - kRegNC>(a, lda, b + 16 * kRegNC, ldb, K, s ? s + 16 * kRegNC : s, c + 16 * kRegNC, ldc);
     return;
   } else if constexpr (R > kRegR) {
     scaled_acc<kRegR, NC>(a, lda, b, ldb, K, s, c, ldc);
@@ -74,6 +75,10 @@ void scaled_acc(const float* a, std::int64_t lda, const float* b, std::int64_t l
   }
   V16 acc[R][NC];
   for (int n = 0; n < NC; ++n) {
+    if (!s) {
+      for (int r = 0; r < R; ++r) acc[r][n] = simd::zero();
+      continue;
+    }
     const V16 sv = simd::load(s + 16 * n);
     for (int r = 0; r < R; ++r) acc[r][n] = simd::mul(simd::load(c + r * ldc + 16 * n), sv);
   }

@@ -3,24 +3,27 @@
 // the tier are made by cpu_dispatch.cpp.)
 //
 // Work unit ("task"): one batch b, one kv head hk and a chunk of q rows [i0, i1). The chunk's
-// rows of all G = Hq / Hkv q heads of that kv head are stacked into one fp32 matrix
-//   Qs [M = G * (i1 - i0), D]      row r = g * (i1 - i0) + (i - i0)  <->  q head hk * G + g, query i
-// so the GQA group shares every read of K and V (no copies of K/V per q head). Then, over the kv
-// columns [lo, hi) that some row of the chunk can see (n = hi - lo, n16 = n rounded up to 16):
-//   S [M, n16] = Qs Kt            Kt [D][256]: a block of 256 keys transposed (and widened)
-//   S -> soft cap, bias, mask, segments, softmax with sinks (vanilla_rows.h)  -> P, lse, weights
-//   O [M, Dv16] = P Vp            Vp [256][Dv16]: a block of value rows, zero-padded to 16 columns
-// Both products run on the register-blocked micro-kernels of micro_kernels.h (the same as the
-// tiled kernel's), so every tier gets its own vector width: there is no Eigen in tier objects
-// (its GEMM templates would be one link-once copy for all tiers). Padding columns of Kt and rows
-// of Vp are zero, so the padded scores and products stay finite and add nothing.
-// Tasks run in parallel (OpenMP, dynamic schedule) with per-thread scratch; q chunks are sized so
-// that S stays bounded (at most kMaxScoreFloats) and so that small B x Hkv still gives every
-// thread work.
+// rows of all G = Hq / Hkv q heads of that kv head are stacked, M = G * (i1 - i0) rows:
+//   row r = g * (i1 - i0) + (i - i0)  <->  q head hk * G + g, query i
+// so the GQA group shares every read of K and V (no copies of K/V per q head). The layout is the
+// tiled kernel's (tiled_cpu.cpp), transposed: 16-lane vectors run over these rows.
+//   Q^T [D][Mp]    the rows, pre-scaled (Mp = M rounded up to 16; padding lanes are 0)
+//   S^T [n][Mp]    every score of the kv columns [lo, hi) some row can see (n = hi - lo):
+//                  S^T[c] = sum_d K[lo + c][d] Q^T[d]  (K rows read in place, K[c][d] broadcast)
+//   softmax        per lane, over the whole column: max, exp, sum, all vertical (no reductions);
+//                  soft cap, bias, the row's visible range, segments and sinks as in the spec
+//   O^T [Dv][Mp]   O^T[e] = sum_c V[lo + c][e] P^T[c]  (V rows read in place)
+// Both products run on micro_kernels.h; f32 K/V are read in place with the view's row stride,
+// f16 / bf16 K/V are widened in blocks of kKeyBlock rows. The weights output, when asked for,
+// is P^T transposed back into [B, Hq, Tq, Tk] rows. Tasks run in parallel (OpenMP, dynamic
+// schedule) with per-thread scratch; q chunks are sized so that S^T stays bounded (at most
+// kMaxScoreFloats) and so that small B x Hkv still gives every thread work.
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "backends/cpu/aligned.h"
@@ -32,10 +35,13 @@
 namespace attnops::cpu::ATTNOPS_TIER_NS {
 namespace {
 
+using simd::Mask16;
+using simd::V16;
 using vanilla::i64;
 
 constexpr i64 kMaxScoreFloats = i64{1} << 22;  // 16 MiB of scores per thread at most
-constexpr i64 kKeyBlock = 256;                 // keys per packed K^T / V block
+constexpr i64 kKeyBlock = 256;                 // f16/bf16 K/V rows widened per block
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 i64 round16(i64 x) {
   return (x + 15) / 16 * 16;
@@ -56,10 +62,10 @@ struct Plan {
 Plan plan_tasks(const AttentionProblem& p, int threads) {
   const i64 G = p.group();
   Plan pl;
-  // M = G * qc rows of about 128..256 make GEMMs efficient while causal chunks stay short enough
-  // that computing the chunk's whole visible kv range wastes little above the diagonal.
+  // M = G * qc rows of about 128..256 make the products efficient while causal chunks stay short
+  // enough that computing the chunk's whole visible kv range wastes little above the diagonal.
   pl.qc = std::min<i64>(p.Tq, std::max<i64>(16, 128 / G));
-  pl.qc = std::max<i64>(1, std::min(pl.qc, kMaxScoreFloats / std::max<i64>(1, G * round16(p.Tk))));
+  pl.qc = std::max<i64>(1, std::min(pl.qc, kMaxScoreFloats / std::max<i64>(1, G * p.Tk)));
   auto count = [&] {
     pl.chunks = (p.Tq + pl.qc - 1) / pl.qc;
     pl.tasks = p.B * p.Hkv * pl.chunks;
@@ -72,126 +78,248 @@ Plan plan_tasks(const AttentionProblem& p, int threads) {
   return pl;
 }
 
-// c [M][N16] (= or +=) a [M][K] b [K][N16]: rows lda / ldb / ldc apart, N16 a multiple of 16.
-// Column panels of 64 outside, so one panel of b stays in cache for all rows of a.
-void gemm(const float* a, i64 lda, const float* b, i64 ldb, i64 M, i64 N16, i64 K, float* c, i64 ldc,
-          bool accumulate) {
-  for (i64 v0 = 0; v0 < N16 / 16; v0 += micro::kMaxNC) {
-    const int NC = static_cast<int>(std::min<i64>(micro::kMaxNC, N16 / 16 - v0));
-    for (i64 r0 = 0; r0 < M; r0 += micro::kMaxR) {
-      const int R = static_cast<int>(std::min<i64>(micro::kMaxR, M - r0));
-      const float* ar = a + r0 * lda;
-      float* cr = c + r0 * ldc + v0 * 16;
-      if (accumulate)
-        micro::kGemm<true>[R - 1][NC - 1](ar, lda, b + v0 * 16, ldb, K, cr, ldc);
-      else
-        micro::kGemm<false>[R - 1][NC - 1](ar, lda, b + v0 * 16, ldb, K, cr, ldc);
-    }
-  }
-}
-
 struct Scratch {
-  AlignedArray<float> Qs, S, O, Kt, Vp, row;
+  AlignedArray<float> qt, st, ot, kv, ones, row;
+  AlignedArray<float> lo, hi;    // [Mp] each lane's visible range, as floats (exact below 2^24)
+  AlignedArray<std::int32_t> segq;  // [Mp]
+  AlignedArray<float> bias_lane;    // [16] one key's bias for 16 lanes
+  AlignedArray<i64> c_lo, c_hi;     // [chunks] each 64-lane chunk's key range
+  AlignedArray<char> started;       // [chunks] the chunk's O^T holds a first product
   std::vector<vanilla::RowMask> rm;
 };
+
+// One task; see the file comment.
+struct Task {
+  const AttentionProblem& p;
+  AttentionBuffers& buffers;
+  i64 b, hk, i0, nq, M, Mp;
+  Scratch& w;
+
+  i64 head(i64 r) const { return hk * p.group() + r / nq; }
+  i64 query(i64 r) const { return i0 + r % nq; }
+
+  // K (which = 0) or V rows [lo + j, lo + j + cnt) as fp32 rows: in place for f32, else widened
+  // into scratch. Returns the first row and sets ld to the row stride.
+  const float* kv_rows(int which, i64 j, i64 cnt, i64& ld) const {
+    const TensorView& t = which == 0 ? p.k : p.v;
+    const i64 width = which == 0 ? p.D : p.Dv;
+    if (p.dtype == DType::f32) {
+      ld = t.stride(1);
+      return reinterpret_cast<const float*>(row_ptr(t, b, j, hk));
+    }
+    ld = width;
+    for (i64 c = 0; c < cnt; ++c) simd::convert_row(row_ptr(t, b, j + c, hk), p.dtype, width, w.kv.get() + c * width);
+    return w.kv.get();
+  }
+
+  void run() const;
+};
+
+void Task::run() const {
+  const i64 D = p.D, Dv = p.Dv, Tq = p.Tq, Tk = p.Tk, Hq = p.Hq;
+  float *qt = w.qt.get(), *st = w.st.get(), *ot = w.ot.get();
+  float* lse = buffers.lse ? buffers.lse->data_as<float>() : nullptr;
+
+  // Rows' visible ranges, and their union [lo, hi).
+  i64 lo = Tk, hi = 0;
+  bool exact = true;
+  for (i64 r = 0; r < M; ++r) {
+    w.rm[r] = vanilla::row_mask(p, head(r), query(r));
+    if (w.rm[r].hi > w.rm[r].lo) lo = std::min(lo, w.rm[r].lo), hi = std::max(hi, w.rm[r].hi);
+    exact = exact && w.rm[r].exact;
+  }
+  if (hi <= lo) {  // the whole chunk is masked: output stays 0, lse -inf, weights 0
+    if (lse)
+      for (i64 r = 0; r < M; ++r) lse[(b * Hq + head(r)) * Tq + query(r)] = kNegInf;
+    return;
+  }
+  const i64 n = hi - lo;
+  for (i64 r = 0; r < Mp; ++r) {  // padding lanes see nothing
+    const bool real = r < M && w.rm[r].hi > w.rm[r].lo;
+    w.lo[r] = real ? static_cast<float>(w.rm[r].lo - lo) : 0.f;
+    w.hi[r] = real ? static_cast<float>(w.rm[r].hi - lo) : 0.f;
+    if (p.seg_q) w.segq[r] = r < M ? p.seg_q[b * Tq + query(r)] : 0;
+  }
+
+  // Q^T, pre-scaled.
+  const float scale = static_cast<float>(p.scale);
+  for (i64 r = 0; r < Mp; ++r) {
+    if (r < M) {
+      simd::convert_row(row_ptr(p.q, b, query(r), head(r)), p.dtype, D, w.row.get(), scale);
+      for (i64 d = 0; d < D; ++d) qt[d * Mp + r] = w.row[d];
+    } else {
+      for (i64 d = 0; d < D; ++d) qt[d * Mp + r] = 0.f;
+    }
+  }
+
+  // Each chunk of up to 64 lanes works on the union of its rows' ranges [c_lo[k], c_hi[k]).
+  const i64 nchunks = (Mp + 63) / 64;
+  i64 *c_lo = w.c_lo.get(), *c_hi = w.c_hi.get();
+  char* started = w.started.get();
+  for (i64 k = 0; k < nchunks; ++k) {
+    c_lo[k] = n;
+    c_hi[k] = 0;
+    started[k] = 0;
+    for (i64 r = k * 64; r < std::min(Mp, (k + 1) * 64); ++r)
+      if (w.hi[r] > w.lo[r]) {
+        c_lo[k] = std::min(c_lo[k], static_cast<i64>(w.lo[r]));
+        c_hi[k] = std::max(c_hi[k], static_cast<i64>(w.hi[r]));
+      }
+  }
+
+  // S^T = K Q^T over each chunk's range, a block of keys at a time.
+  for (i64 j = 0; j < n; j += kKeyBlock) {
+    const i64 bw = std::min(kKeyBlock, n - j);
+    i64 ldk = 0;
+    const float* kr = nullptr;
+    for (i64 k = 0; k < nchunks; ++k) {
+      const i64 a = std::max(c_lo[k], j), e = std::min(c_hi[k], j + bw);
+      if (a >= e) continue;
+      if (!kr) kr = kv_rows(0, lo + j, bw, ldk);
+      const int NC = static_cast<int>(std::min<i64>(micro::kMaxNC, Mp / 16 - k * micro::kMaxNC));
+      for (i64 c0 = a; c0 < e; c0 += micro::kMaxR) {
+        const int R = static_cast<int>(std::min<i64>(micro::kMaxR, e - c0));
+        micro::kGemm<false>[R - 1][NC - 1](kr + (c0 - j) * ldk, ldk, qt + k * 64, Mp, D, st + c0 * Mp + k * 64, Mp);
+      }
+    }
+  }
+
+  // Softmax down each lane's column; P^T unnormalised in st, 1 / denominator per lane in `factor`.
+  const bool cap = p.soft_cap.has_value();
+  const float capf = cap ? static_cast<float>(*p.soft_cap) : 1.f;
+  const V16 capv = simd::set1(capf), inv_capv = simd::set1(1.f / capf);
+  float* factor = w.ones.get() + Mp;  // [Mp] after the ones
+  for (i64 v = 0; v < Mp / 16; ++v) {
+    const i64 l0 = v * 16, k = v / micro::kMaxNC;
+    const V16 vlo = simd::load(w.lo.get() + l0), vhi = simd::load(w.hi.get() + l0);
+    const float* brow[16] = {};
+    if (p.bias)
+      for (int l = 0; l < 16; ++l) brow[l] = l0 + l < M ? p.bias_row(b, head(l0 + l), query(l0 + l)) + lo : nullptr;
+    V16 mx = simd::set1(kNegInf);
+    for (i64 c = c_lo[k]; c < c_hi[k]; ++c) {
+      float* sc = st + c * Mp + l0;
+      V16 x = simd::load(sc);
+      if (cap) x = simd::mul(capv, simd::tanh(simd::mul(x, inv_capv)));
+      if (p.bias) {
+        for (int l = 0; l < 16; ++l) w.bias_lane[l] = brow[l] ? brow[l][c] : 0.f;
+        x = simd::add(x, simd::load(w.bias_lane.get()));
+      }
+      const V16 cv = simd::set1(static_cast<float>(c));
+      Mask16 vis = static_cast<Mask16>(simd::lt(cv, vhi) & ~simd::lt(cv, vlo));  // lo <= c < hi
+      if (!exact)
+        for (int l = 0; l < 16; ++l)
+          if (((vis >> l) & 1) && !w.rm[l0 + l].exact && !p.mask.visible(head(l0 + l), query(l0 + l), lo + c, Tq, Tk))
+            vis = static_cast<Mask16>(vis & ~(1u << l));
+      if (p.seg_q) vis &= simd::eq_i32(w.segq.get() + l0, p.seg_kv[b * Tk + lo + c]);
+      x = simd::select(vis, x, simd::set1(kNegInf));
+      simd::store(sc, x);
+      mx = simd::max(mx, x);
+    }
+    // Lanes with nothing visible keep max -inf: shift by 0, so every exp is exp(-inf) = 0.
+    const V16 shift = simd::select(simd::eq(mx, simd::set1(kNegInf)), simd::zero(), mx);
+    V16 sum = simd::zero();
+    for (i64 c = c_lo[k]; c < c_hi[k]; ++c) {
+      float* sc = st + c * Mp + l0;
+      const V16 pr = simd::exp(simd::sub(simd::load(sc), shift));
+      simd::store(sc, pr);
+      sum = simd::add(sum, pr);
+    }
+    float m[16], l[16];
+    simd::store(m, mx);
+    simd::store(l, sum);
+    for (int t = 0; t < 16; ++t) {
+      const i64 r = l0 + t;
+      factor[r] = 0.f;
+      if (r >= M) continue;
+      const i64 hq = head(r);
+      if (l[t] == 0.f) {  // fully masked row: output 0, lse -inf
+        if (lse) lse[(b * Hq + hq) * Tq + query(r)] = kNegInf;
+        continue;
+      }
+      // The sink takes probability mass (denominator) but is not part of the lse.
+      factor[r] = 1.f / (l[t] + (p.sinks ? std::exp(p.sinks[hq] - m[t]) : 0.f));
+      if (lse) lse[(b * Hq + hq) * Tq + query(r)] = m[t] + std::log(l[t]);
+    }
+  }
+  if (buffers.weights) {  // P, normalised, back into [B, Hq, Tq, Tk] rows (other columns stay 0)
+    float* wts = buffers.weights->data_as<float>();
+    for (i64 r = 0; r < M; ++r) {
+      const i64 k = r / 64;
+      float* dst = wts + ((b * Hq + head(r)) * Tq + query(r)) * Tk + lo;
+      for (i64 c = c_lo[k]; c < c_hi[k]; ++c) dst[c] = st[c * Mp + r] * factor[r];
+    }
+  }
+
+  // O^T = V^T P^T over each chunk's range, a block of keys at a time (the first block a chunk
+  // sees starts its accumulator from 0, later ones add to it: s = 1).
+  for (i64 j = 0; j < n; j += kKeyBlock) {
+    const i64 bw = std::min(kKeyBlock, n - j);
+    i64 ldv = 0;
+    const float* vr = nullptr;
+    for (i64 k = 0; k < nchunks; ++k) {
+      const i64 a = std::max(c_lo[k], j), e = std::min(c_hi[k], j + bw);
+      if (a >= e) continue;
+      if (!vr) vr = kv_rows(1, lo + j, bw, ldv);
+      const int NC = static_cast<int>(std::min<i64>(micro::kMaxNC, Mp / 16 - k * micro::kMaxNC));
+      const float* s = started[k] ? w.ones.get() : nullptr;
+      for (i64 e0 = 0; e0 < Dv; e0 += micro::kMaxR) {
+        const int R = static_cast<int>(std::min<i64>(micro::kMaxR, Dv - e0));
+        micro::kScaledAcc[R - 1][NC - 1](vr + (a - j) * ldv + e0, ldv, st + a * Mp + k * 64, Mp, e - a, s,
+                                         ot + e0 * Mp + k * 64, Mp);
+      }
+      started[k] = 1;
+    }
+  }
+
+  // out = O * factor (0 for fully masked rows and for chunks that saw nothing).
+  const i64 es = static_cast<i64>(dtype_size(p.dtype));
+  for (i64 r = 0; r < M; ++r) {
+    float* o = w.row.get();
+    const bool any = started[r / 64];
+    for (i64 e = 0; e < Dv; ++e) o[e] = any ? ot[e * Mp + r] * factor[r] : 0.f;
+    vanilla::store_row(o, Dv, p.dtype,
+                       static_cast<char*>(buffers.out.data()) + (((b * Tq + query(r)) * Hq + head(r)) * Dv) * es);
+  }
+}
 
 }  // namespace
 
 const char* vanilla_general_forward(const AttentionProblem& p, AttentionBuffers& buffers, int threads) {
-  const i64 G = p.group(), Tq = p.Tq, Tk = p.Tk, D = p.D, Dv = p.Dv, Hq = p.Hq, Hkv = p.Hkv;
-  const i64 Dv16 = round16(Dv);
-  const DType dt = p.dtype;
-  const float scale = static_cast<float>(p.scale);
   const Plan pl = plan_tasks(p, threads);
-  const i64 Mmax = G * pl.qc;
-
-  char* out = static_cast<char*>(buffers.out.data());
-  const i64 out_es = static_cast<i64>(dtype_size(dt));
-  float* lse = buffers.lse ? buffers.lse->data_as<float>() : nullptr;
-  float* weights = buffers.weights ? buffers.weights->data_as<float>() : nullptr;
+  const i64 Mp = round16(p.group() * pl.qc);
 
   // Per-thread scratch, allocated before the parallel region (an allocation failure throws here).
   std::vector<Scratch> scratch(static_cast<std::size_t>(threads));
   for (Scratch& w : scratch) {
-    w.Qs = aligned_array<float>(Mmax * D);
-    w.S = aligned_array<float>(Mmax * round16(Tk));
-    w.O = aligned_array<float>(Mmax * Dv16);
-    w.Kt = aligned_array<float>(D * kKeyBlock);
-    w.Vp = aligned_array<float>(kKeyBlock * Dv16);
-    w.row = aligned_array<float>(std::max(D, Dv));
-    w.rm.resize(static_cast<std::size_t>(Mmax));
+    w.qt = aligned_array<float>(p.D * Mp);
+    w.st = aligned_array<float>(p.Tk * Mp);
+    w.ot = aligned_array<float>(p.Dv * Mp);
+    w.kv = aligned_array<float>(p.dtype == DType::f32 ? 0 : kKeyBlock * std::max(p.D, p.Dv));
+    w.ones = aligned_array<float>(2 * Mp);  // Mp ones, then the per-lane factors
+    std::fill(w.ones.get(), w.ones.get() + Mp, 1.f);
+    w.row = aligned_array<float>(std::max(p.D, p.Dv));
+    w.lo = aligned_array<float>(Mp);
+    w.hi = aligned_array<float>(Mp);
+    w.segq = aligned_array<std::int32_t>(Mp);
+    w.bias_lane = aligned_array<float>(16);
+    w.c_lo = aligned_array<i64>((Mp + 63) / 64);
+    w.c_hi = aligned_array<i64>((Mp + 63) / 64);
+    w.started = aligned_array<char>((Mp + 63) / 64);
+    w.rm.resize(static_cast<std::size_t>(Mp));
   }
 
 #pragma omp parallel num_threads(threads)
   {
     Scratch& w = scratch[static_cast<std::size_t>(omp_get_thread_num())];
-    float *Qs = w.Qs.get(), *S = w.S.get(), *O = w.O.get(), *Kt = w.Kt.get(), *Vp = w.Vp.get(),
-          *row = w.row.get();
 #pragma omp for schedule(dynamic, 1)
     for (i64 t = 0; t < pl.tasks; ++t) {
-      const i64 b = t / (Hkv * pl.chunks), hk = (t / pl.chunks) % Hkv, c = t % pl.chunks;
-      const i64 i0 = c * pl.qc, nq = std::min(pl.qc, Tq - i0), M = G * nq;
-      auto head = [&](i64 r) { return hk * G + r / nq; };
-      auto query = [&](i64 r) { return i0 + r % nq; };
-
-      i64 lo = Tk, hi = 0;
-      for (i64 r = 0; r < M; ++r) {
-        w.rm[r] = vanilla::row_mask(p, head(r), query(r));
-        if (w.rm[r].hi > w.rm[r].lo) {
-          lo = std::min(lo, w.rm[r].lo);
-          hi = std::max(hi, w.rm[r].hi);
-        }
-      }
-      if (hi <= lo) {  // the whole chunk is masked: output stays 0, lse -inf, weights 0
-        if (lse)
-          for (i64 r = 0; r < M; ++r) lse[(b * Hq + head(r)) * Tq + query(r)] = vanilla::kNegInf;
-        continue;
-      }
-      const i64 n = hi - lo, lds = round16(n);
-
-      for (i64 g = 0; g < G; ++g)
-        vanilla::load_rows_f32(row_ptr(p.q, b, i0, hk * G + g), dt, p.q.stride(1), nq, D, Qs + g * nq * D, D,
-                               scale);
-      // S = Qs K^T, one block of keys at a time.
-      for (i64 j = 0; j < n; j += kKeyBlock) {
-        const i64 bw = std::min(kKeyBlock, n - j), bw16 = round16(bw);
-        for (i64 cc = 0; cc < bw; ++cc) {
-          simd::convert_row(row_ptr(p.k, b, lo + j + cc, hk), dt, D, row);
-          for (i64 d = 0; d < D; ++d) Kt[d * bw16 + cc] = row[d];
-        }
-        for (i64 d = 0; d < D; ++d) std::fill(Kt + d * bw16 + bw, Kt + (d + 1) * bw16, 0.f);
-        gemm(Qs, D, Kt, bw16, M, bw16, D, S + j, lds, false);
-      }
-
-      for (i64 r = 0; r < M; ++r) {
-        const i64 hq = head(r), i = query(r);
-        float* s = S + r * lds;
-        vanilla::finish_logits(p, b, hq, i, w.rm[r], lo, hi, s);
-        const float row_lse = vanilla::softmax_row(s, n, p.sinks ? p.sinks + hq : nullptr);
-        if (lse) lse[(b * Hq + hq) * Tq + i] = row_lse;
-        if (weights)  // columns outside [lo, hi) are invisible: the zero-filled buffer is right
-          std::memcpy(weights + ((b * Hq + hq) * Tq + i) * Tk + lo, s, static_cast<std::size_t>(n) * sizeof(float));
-      }
-
-      // O = P V, one block of value rows at a time (the scores' padding columns hold 0).
-      for (i64 j = 0; j < n; j += kKeyBlock) {
-        const i64 bw = std::min(kKeyBlock, n - j), bw16 = round16(bw);
-        for (i64 cc = 0; cc < bw16; ++cc) {
-          float* vr = Vp + cc * Dv16;
-          i64 filled = 0;
-          if (cc < bw) {
-            simd::convert_row(row_ptr(p.v, b, lo + j + cc, hk), dt, Dv, vr);
-            filled = Dv;
-          }
-          std::fill(vr + filled, vr + Dv16, 0.f);
-        }
-        gemm(S + j, lds, Vp, Dv16, M, Dv16, bw16, O, Dv16, j > 0);
-      }
-      for (i64 r = 0; r < M; ++r)
-        vanilla::store_row(O + r * Dv16, Dv, dt, out + (((b * Tq + query(r)) * Hq + head(r)) * Dv) * out_es);
+      const i64 b = t / (p.Hkv * pl.chunks), hk = (t / pl.chunks) % p.Hkv, c = t % pl.chunks;
+      const i64 i0 = c * pl.qc, nq = std::min(pl.qc, p.Tq - i0), M = p.group() * nq;
+      const Task task{p, buffers, b, hk, i0, nq, M, round16(M), w};
+      task.run();
     }
   }
-  return "materialised scores, micro-kernel GEMMs";
+  return "materialised scores (S^T, lanes over query rows), micro-kernel products";
 }
 
 }  // namespace attnops::cpu::ATTNOPS_TIER_NS
