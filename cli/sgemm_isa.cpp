@@ -18,9 +18,9 @@
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
-#include <Eigen/Core>
-
 #include "cli/sgemm_isa.h"
+
+#include <Eigen/Core>
 
 namespace attnops::cli::ATTNOPS_SGEMM_NS {
 

@@ -4,8 +4,8 @@
 
 namespace attnops::cli {
 
-#define ATTNOPS_DECLARE_SGEMM(ns)                                        \
-  namespace ns {                                                         \
+#define ATTNOPS_DECLARE_SGEMM(ns)                                           \
+  namespace ns {                                                            \
   void sgemm(const float* a, const float* b, float* c, int n, int threads); \
   }
 ATTNOPS_DECLARE_SGEMM(sgemm_baseline)

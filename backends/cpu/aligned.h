@@ -25,7 +25,8 @@ using AlignedArray = std::unique_ptr<T[], FreeDeleter>;
 // n elements (n >= 0), 64-byte aligned, uninitialised; throws std::bad_alloc.
 template <class T>
 AlignedArray<T> aligned_array(std::int64_t n) {
-  const std::int64_t bytes = (std::max<std::int64_t>(n, 1) * static_cast<std::int64_t>(sizeof(T)) + 63) / 64 * 64;
+  const std::int64_t bytes =
+      (std::max<std::int64_t>(n, 1) * static_cast<std::int64_t>(sizeof(T)) + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, static_cast<std::size_t>(bytes));
   if (!p) throw std::bad_alloc();
   return AlignedArray<T>(static_cast<T*>(p));

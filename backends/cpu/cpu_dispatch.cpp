@@ -20,16 +20,21 @@ namespace attnops::cpu {
 const TierKernels& tier_kernels(Isa isa) {
 #if defined(ATTNOPS_CPU_X86_TIERS)
   switch (isa) {
-    case Isa::baseline: return tier_baseline::tier_kernels();
-    case Isa::avx2: return tier_avx2::tier_kernels();
-    case Isa::avx512: return tier_avx512::tier_kernels();
-    case Isa::avx512bf16: return tier_avx512bf16::tier_kernels();
-    case Isa::amx: return tier_amx::tier_kernels();
+    case Isa::baseline:
+      return tier_baseline::tier_kernels();
+    case Isa::avx2:
+      return tier_avx2::tier_kernels();
+    case Isa::avx512:
+      return tier_avx512::tier_kernels();
+    case Isa::avx512bf16:
+      return tier_avx512bf16::tier_kernels();
+    case Isa::amx:
+      return tier_amx::tier_kernels();
   }
 #endif
   if (isa != Isa::baseline)
-    throw Error(ErrorCode::backend_unavailable,
-                "cpu tier " + std::string(isa_name(isa)) + " is not compiled into this build (baseline only)");
+    throw Error(ErrorCode::backend_unavailable, "cpu tier " + std::string(isa_name(isa)) +
+                                                    " is not compiled into this build (baseline only)");
   return tier_baseline::tier_kernels();
 }
 
@@ -42,7 +47,8 @@ IsaChoice choice_for(std::optional<Isa> forced) {
   if (c.tier != *forced || !isa_compiled(*forced))
     throw Error(ErrorCode::backend_unavailable, "cpu tier " + std::string(isa_name(*forced)) +
                                                     " requested, but this CPU and build run at most " +
-                                                    std::string(isa_name(c.detected)) + " (" + c.detail + ")");
+                                                    std::string(isa_name(c.detected)) + " (" + c.detail +
+                                                    ")");
   c.detail += "; tier " + std::string(isa_name(*forced)) + " forced by the caller";
   return c;
 }
@@ -56,7 +62,8 @@ int thread_count(const AttentionProblem& p) {
   return p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
 }
 
-void run_tiled(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers, std::optional<Isa> forced) {
+void run_tiled(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers,
+               std::optional<Isa> forced) {
   if (map.Tq != p.Tq || map.Tk != p.Tk || (map.heads != 1 && map.heads != p.Hq))
     throw Error(ErrorCode::shape_mismatch,
                 "cpu tiled_attention: block map built for Tq=" + std::to_string(map.Tq) +
@@ -64,8 +71,9 @@ void run_tiled(const AttentionProblem& p, const BlockMap& map, AttentionBuffers&
                     ", expected Tq=" + std::to_string(p.Tq) + " Tk=" + std::to_string(p.Tk) + " heads=1 or " +
                     std::to_string(p.Hq));
   if (!is_float(p.dtype))
-    throw Error(ErrorCode::unsupported_dtype,
-                "cpu tiled_attention: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
+    throw Error(
+        ErrorCode::unsupported_dtype,
+        "cpu tiled_attention: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
   const IsaChoice c = choice_for(forced);
   record(buffers, c, tier_kernels(c.tier).tiled(p, map, buffers));
 }

@@ -21,7 +21,8 @@
 namespace attnops::cpu {
 namespace {
 
-constexpr std::array<std::string_view, kIsaCount> kNames = {"baseline", "avx2", "avx512", "avx512bf16", "amx"};
+constexpr std::array<std::string_view, kIsaCount> kNames = {"baseline", "avx2", "avx512", "avx512bf16",
+                                                            "amx"};
 
 #if defined(__x86_64__) || defined(__i386__)
 std::uint64_t read_xcr0() {
@@ -69,7 +70,8 @@ CpuFeatures probe() {
   if (f.osxsave) f.xcr0 = read_xcr0();
   // Only a CPU and OS that could run AMX are asked for the permission (a syscall with effects).
   constexpr std::uint64_t kTileState = (std::uint64_t{1} << 17) | (std::uint64_t{1} << 18);
-  if (f.amx_tile && f.amx_bf16 && (f.xcr0 & kTileState) == kTileState) f.amx_permission_errno = request_amx_permission();
+  if (f.amx_tile && f.amx_bf16 && (f.xcr0 & kTileState) == kTileState)
+    f.amx_permission_errno = request_amx_permission();
   return f;
 }
 #else
@@ -81,7 +83,8 @@ CpuFeatures probe() {
 std::string missing(std::initializer_list<std::pair<bool, const char*>> need) {
   std::string r;
   for (auto [have, name] : need)
-    if (!have) r.append(r.empty() ? "" : "/").append(name);  // (no literal + string: GCC 12 -Wrestrict, bug 105651)
+    if (!have)
+      r.append(r.empty() ? "" : "/").append(name);  // (no literal + string: GCC 12 -Wrestrict, bug 105651)
   return r;
 }
 
@@ -121,12 +124,15 @@ IsaDetection decide_isa(const CpuFeatures& f) {
   };
   if (!f.x86 || !isa_compiled(Isa::avx2)) return refuse("this build has only the baseline tier (not x86-64)");
   // AVX2 tier.
-  if (std::string m = missing({{f.avx, "AVX"}, {f.avx2, "AVX2"}, {f.fma, "FMA"}, {f.f16c, "F16C"}}); !m.empty())
+  if (std::string m = missing({{f.avx, "AVX"}, {f.avx2, "AVX2"}, {f.fma, "FMA"}, {f.f16c, "F16C"}});
+      !m.empty())
     return refuse("CPU lacks " + m);
   if (!f.osxsave || (f.xcr0 & 0x6) != 0x6) return refuse("the OS does not enable AVX state (XCR0 bits 1-2)");
   r.best = Isa::avx2;
   // AVX-512 tier.
-  if (std::string m = missing({{f.avx512f, "AVX512F"}, {f.avx512bw, "AVX512BW"}, {f.avx512dq, "AVX512DQ"},
+  if (std::string m = missing({{f.avx512f, "AVX512F"},
+                               {f.avx512bw, "AVX512BW"},
+                               {f.avx512dq, "AVX512DQ"},
                                {f.avx512vl, "AVX512VL"}});
       !m.empty())
     return refuse("CPU lacks " + m);
@@ -138,7 +144,8 @@ IsaDetection decide_isa(const CpuFeatures& f) {
   if (std::string m = missing({{f.amx_tile, "AMX-TILE"}, {f.amx_bf16, "AMX-BF16"}}); !m.empty())
     return refuse("CPU lacks " + m);
   constexpr std::uint64_t kTileState = (std::uint64_t{1} << 17) | (std::uint64_t{1} << 18);
-  if ((f.xcr0 & kTileState) != kTileState) return refuse("the OS does not enable tile state (XCR0 bits 17-18)");
+  if ((f.xcr0 & kTileState) != kTileState)
+    return refuse("the OS does not enable tile state (XCR0 bits 17-18)");
   if (f.amx_permission_errno != 0)
     return refuse("arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA) failed: " +
                   std::string(std::strerror(f.amx_permission_errno)));
@@ -148,9 +155,16 @@ IsaDetection decide_isa(const CpuFeatures& f) {
 
 std::string CpuFeatures::summary() const {
   std::string s;
-  for (auto [on, n] : {std::pair{avx2, "avx2"}, {fma, "fma"}, {f16c, "f16c"}, {avx512f, "avx512f"},
-                       {avx512bw, "avx512bw"}, {avx512dq, "avx512dq"}, {avx512vl, "avx512vl"},
-                       {avx512bf16, "avx512bf16"}, {amx_tile, "amx-tile"}, {amx_bf16, "amx-bf16"}})
+  for (auto [on, n] : {std::pair{avx2, "avx2"},
+                       {fma, "fma"},
+                       {f16c, "f16c"},
+                       {avx512f, "avx512f"},
+                       {avx512bw, "avx512bw"},
+                       {avx512dq, "avx512dq"},
+                       {avx512vl, "avx512vl"},
+                       {avx512bf16, "avx512bf16"},
+                       {amx_tile, "amx-tile"},
+                       {amx_bf16, "amx-bf16"}})
     if (on) s.append(s.empty() ? "" : " ").append(n);
   return s;
 }

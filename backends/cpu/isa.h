@@ -25,7 +25,7 @@ namespace attnops::cpu {
 enum class Isa : int { baseline = 0, avx2 = 1, avx512 = 2, avx512bf16 = 3, amx = 4 };
 inline constexpr int kIsaCount = 5;
 
-std::string_view isa_name(Isa isa);               // "baseline", "avx2", ...
+std::string_view isa_name(Isa isa);                // "baseline", "avx2", ...
 std::optional<Isa> parse_isa(std::string_view s);  // the names above, exactly
 std::string isa_names();                           // "baseline|avx2|avx512|avx512bf16|amx"
 
@@ -35,9 +35,9 @@ struct CpuFeatures {
   bool osxsave = false, avx = false, avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512dq = false, avx512vl = false, avx512bf16 = false;
   bool amx_tile = false, amx_bf16 = false;
-  std::uint64_t xcr0 = 0;        // XCR0: the register state the OS saves (bits 1-2 AVX, 5-7 AVX-512, 17-18 AMX)
+  std::uint64_t xcr0 = 0;  // XCR0: the register state the OS saves (bits 1-2 AVX, 5-7 AVX-512, 17-18 AMX)
   int amx_permission_errno = -1;  // arch_prctl(ARCH_REQ_XCOMP_PERM): 0 granted, errno, -1 not asked
-  std::string summary() const;   // "avx2 fma f16c avx512f ..."
+  std::string summary() const;    // "avx2 fma f16c avx512f ..."
 };
 
 // What this process may run, probed once (thread-safe) on first use.

@@ -66,7 +66,8 @@ void scaled_acc(const float* a, std::int64_t lda, const float* b, std::int64_t l
                 const float* s, float* c, std::int64_t ldc) {
   if constexpr (NC > kRegNC) {
     scaled_acc<R, kRegNC>(a, lda, b, ldb, K, s, c, ldc);
-    scaled_acc<R, NC - kRegNC>(a, lda, b + 16 * kRegNC, ldb, K, s ? s + 16 * kRegNC : s, c + 16 * kRegNC, ldc);
+    scaled_acc<R, NC - kRegNC>(a, lda, b + 16 * kRegNC, ldb, K, s ? s + 16 * kRegNC : s, c + 16 * kRegNC,
+                               ldc);
     return;
   } else if constexpr (R > kRegR) {
     scaled_acc<kRegR, NC>(a, lda, b, ldb, K, s, c, ldc);

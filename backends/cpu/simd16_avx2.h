@@ -115,10 +115,12 @@ inline Mask16 eq_i32(const std::int32_t* seg, std::int32_t x) {
   return avx2::bits(_mm256_castsi256_ps(lo), _mm256_castsi256_ps(hi));
 }
 inline V16 gather(const float* base, std::int32_t stride, Mask16 m) {
-  const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride));
+  const __m256i idx =
+      _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(stride));
   const __m256 z = _mm256_setzero_ps();
-  return {_mm256_mask_i32gather_ps(z, base, idx, avx2::lanes_lo(m), 4),
-          _mm256_mask_i32gather_ps(z, base + static_cast<std::int64_t>(8) * stride, idx, avx2::lanes_hi(m), 4)};
+  return {
+      _mm256_mask_i32gather_ps(z, base, idx, avx2::lanes_lo(m), 4),
+      _mm256_mask_i32gather_ps(z, base + static_cast<std::int64_t>(8) * stride, idx, avx2::lanes_hi(m), 4)};
 }
 inline V16 exp(V16 a) {
   return {avx2::exp8(a.lo), avx2::exp8(a.hi)};

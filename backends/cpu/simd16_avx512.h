@@ -2,7 +2,8 @@
 #pragma once
 
 #if !defined(__AVX512F__) || !defined(__AVX512BW__) || !defined(__AVX512DQ__) || !defined(__AVX512VL__)
-#error "the AVX-512 tiers are compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl (backends/cpu/tiers.cmake)"
+#error \
+    "the AVX-512 tiers are compiled with -mavx512f -mavx512bw -mavx512dq -mavx512vl (backends/cpu/tiers.cmake)"
 #endif
 
 #include <immintrin.h>

@@ -60,10 +60,12 @@ inline tiled::PackedKv pack_kv(const AttentionProblem& p, int threads) {
     for (i64 e = 0; e < pk.dv16; ++e) {
       std::uint16_t* col = vd + e * pk.ldvt;
       for (i64 j = j_begin; j < j_end; ++j)
-        col[j] = j < p.Tk && e < p.Dv ? reinterpret_cast<const std::uint16_t*>(tiled::at(p.v, b, j, kh))[e] : 0;
+        col[j] =
+            j < p.Tk && e < p.Dv ? reinterpret_cast<const std::uint16_t*>(tiled::at(p.v, b, j, kh))[e] : 0;
     }
     if (j_end == pk.k_rows)
-      for (i64 e = 0; e < pk.dv16; ++e) std::fill(vd + e * pk.ldvt + pk.k_rows, vd + (e + 1) * pk.ldvt, std::uint16_t{0});
+      for (i64 e = 0; e < pk.dv16; ++e)
+        std::fill(vd + e * pk.ldvt + pk.k_rows, vd + (e + 1) * pk.ldvt, std::uint16_t{0});
   }
   return pk;
 }
@@ -127,8 +129,8 @@ void tile_block_any(i64 rows_left, i64 lanes_left, const std::uint16_t* a, i64 l
 
 // S^T rows [c_lo, c_hi) (widened to 16-row tiles) x the chunk's NC lane vectors from n0:
 // st[c][l] = sum_d K[j0 + c][d] Q[l][d]. qp is Qp (all lanes), Dp its padded head dim.
-inline void qk(const tiled::TileOperands& t, const std::uint16_t* qp, i64 bqp, i64 Dp, i64 n0, int NC, i64 c_lo,
-               i64 c_hi, float* st) {
+inline void qk(const tiled::TileOperands& t, const std::uint16_t* qp, i64 bqp, i64 Dp, i64 n0, int NC,
+               i64 c_lo, i64 c_hi, float* st) {
   const i64 c_end = round_up(c_hi, 16);
   for (i64 c0 = c_lo / 16 * 16; c0 < c_end; c0 += 32)
     for (int n = 0; n < NC; n += 2) {
@@ -140,8 +142,8 @@ inline void qk(const tiled::TileOperands& t, const std::uint16_t* qp, i64 bqp, i
 
 // O^T = alpha * O^T + V^T P^T for the chunk's NC lane vectors from n0, keys [c_a, c_b) (multiples
 // of 32 from the tile start; pp holds their pairs from c_a). ot has ot_rows (Dv rounded to 16) rows.
-inline void pv(const tiled::TileOperands& t, const std::uint16_t* pp, i64 bqp, i64 ot_rows, i64 n0, int NC, i64 c_a,
-               i64 c_b, const float* alpha, float* ot) {
+inline void pv(const tiled::TileOperands& t, const std::uint16_t* pp, i64 bqp, i64 ot_rows, i64 n0, int NC,
+               i64 c_a, i64 c_b, const float* alpha, float* ot) {
   for (i64 e = 0; e < ot_rows; ++e)
     for (int n = 0; n < NC; ++n) {
       float* o = ot + e * bqp + (n0 + n) * 16;

@@ -50,8 +50,8 @@ inline void pack_q_pairs(const AttentionProblem& p, i64 b, i64 h, i64 i0, i64 nr
 // Vp[(t * Dv + e) * 2 + i] = v[(2t + i) * ldv + e] for 2t + i < nc, 0 for the row past an odd nc.
 inline void pack_v_pairs(const std::uint16_t* v, i64 ldv, i64 nc, i64 Dv, std::uint16_t* out) {
   // permutex2var indices: output element 2j from a[j], 2j + 1 from b[j] (b's index + 32).
-  alignas(64) static constexpr std::uint16_t kLo[32] = {0, 32, 1, 33, 2,  34, 3,  35, 4,  36, 5,
-                                                        37, 6, 38, 7, 39, 8,  40, 9,  41, 10, 42,
+  alignas(64) static constexpr std::uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
+                                                        37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
                                                         11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
   alignas(64) static constexpr std::uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
                                                         53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
@@ -77,8 +77,8 @@ inline void pack_v_pairs(const std::uint16_t* v, i64 ldv, i64 nc, i64 Dv, std::u
 
 // Pp row for one vector of 16 lanes: (p0[l], p1[l]) rounded to bf16 (RNE), interleaved.
 inline void store_pair(std::uint16_t* dst, simd::V16 p0, simd::V16 p1) {
-  alignas(64) static constexpr std::uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,
-                                                                21, 6, 22, 7, 23, 8,  24, 9,  25, 10, 26,
+  alignas(64) static constexpr std::uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
+                                                                21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
                                                                 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i x = (__m512i)_mm512_cvtne2ps_pbh(p1.v, p0.v);  // lanes 0-15: p0, 16-31: p1
   _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), x));

@@ -13,8 +13,8 @@
 namespace attnops::cpu::ATTNOPS_TIER_NS::tiled {
 
 using i64 = std::int64_t;
-using cpu::ATTNOPS_TIER_NS::AlignedArray;
 using cpu::ATTNOPS_TIER_NS::aligned_array;
+using cpu::ATTNOPS_TIER_NS::AlignedArray;
 
 // How q.k and p.v are computed (see tiled_cpu.cpp).
 enum class Path { f32, bf16_dot, amx };

@@ -213,7 +213,8 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
       }
 
       // Scores -> probabilities, one vector of 16 query rows at a time, online.
-      [[maybe_unused]] const i64 c_a = c_lo / kAlign * kAlign, c_b = std::min(round_up(c_hi, kAlign), round_up(nc, kAlign));
+      [[maybe_unused]] const i64 c_a = c_lo / kAlign * kAlign,
+                                 c_b = std::min(round_up(c_hi, kAlign), round_up(nc, kAlign));
       for (i64 n = n0; n < n0 + NC; ++n) {
         const i64 l0 = n * 16;
         const Mask16 valid = static_cast<Mask16>(nr - l0 >= 16 ? 0xffffu : (1u << (nr - l0)) - 1u);
@@ -225,7 +226,8 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
           if (rewrite) {
             if constexpr (P != Path::f32) xs = simd::mul(xs, score_scale);
             if (cap) xs = simd::mul(capv, simd::tanh(simd::mul(xs, inv_capv)));
-            if (bias_base) xs = simd::add(xs, simd::gather(bias_base + c, static_cast<std::int32_t>(Tk), valid));
+            if (bias_base)
+              xs = simd::add(xs, simd::gather(bias_base + c, static_cast<std::int32_t>(Tk), valid));
             Mask16 vis = 0xffff;
             if (partial) vis &= bits16(map.partial_col(blk.partial, c), l0);
             if (seg) vis &= simd::eq_i32(s.segq.get() + l0, segkv[j0 + c]);
@@ -255,7 +257,8 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
           for (i64 c = c_a; c < c_b; c += 2) {
             V16 p0 = simd::zero(), p1 = simd::zero();
             if (c >= c_lo && c < c_hi) p0 = simd::exp(simd::sub(simd::load(st + c * bqp + l0), shift));
-            if (c + 1 >= c_lo && c + 1 < c_hi) p1 = simd::exp(simd::sub(simd::load(st + (c + 1) * bqp + l0), shift));
+            if (c + 1 >= c_lo && c + 1 < c_hi)
+              p1 = simd::exp(simd::sub(simd::load(st + (c + 1) * bqp + l0), shift));
             sum = simd::add(sum, simd::add(p0, p1));
             bf16::store_pair(pp + ((c - c_a) / 2 * bqp + l0) * 2, p0, p1);
           }
@@ -277,8 +280,8 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
 #if ATTNOPS_TIER_LEVEL >= 3
         for (i64 e0 = 0; e0 < Dv; e0 += micro::kMaxR) {
           const int R = static_cast<int>(std::min<i64>(micro::kMaxR, Dv - e0));
-          bf16::kPv[R - 1][NC - 1](t.vh + (c_a / 2 * Dv + e0) * 2, Dv, s.pp.get() + n0 * 32, bqp, (c_b - c_a) / 2,
-                                   alpha + n0 * 16, ot + e0 * bqp + n0 * 16, bqp);
+          bf16::kPv[R - 1][NC - 1](t.vh + (c_a / 2 * Dv + e0) * 2, Dv, s.pp.get() + n0 * 32, bqp,
+                                   (c_b - c_a) / 2, alpha + n0 * 16, ot + e0 * bqp + n0 * 16, bqp);
         }
 #endif
       } else {
@@ -333,8 +336,15 @@ struct Task {
 
 template <Path P>
 void run_all(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers) {
-  tiled::Ctx x{p, map, buffers, map.bq, map.bk, round_up(map.bq, 16), tiled::padded_d(P, p.D),
-               P == Path::amx ? round_up(p.Dv, 16) : p.Dv, {}};
+  tiled::Ctx x{p,
+               map,
+               buffers,
+               map.bq,
+               map.bk,
+               round_up(map.bq, 16),
+               tiled::padded_d(P, p.D),
+               P == Path::amx ? round_up(p.Dv, 16) : p.Dv,
+               {}};
   std::vector<Task> tasks;
   tasks.reserve(static_cast<std::size_t>(p.B * p.Hq * map.nq));
   for (i64 qb = 0; qb < map.nq; ++qb)

@@ -80,7 +80,7 @@ Plan plan_tasks(const AttentionProblem& p, int threads) {
 
 struct Scratch {
   AlignedArray<float> qt, st, ot, kv, ones, row;
-  AlignedArray<float> lo, hi;    // [Mp] each lane's visible range, as floats (exact below 2^24)
+  AlignedArray<float> lo, hi;       // [Mp] each lane's visible range, as floats (exact below 2^24)
   AlignedArray<std::int32_t> segq;  // [Mp]
   AlignedArray<float> bias_lane;    // [16] one key's bias for 16 lanes
   AlignedArray<i64> c_lo, c_hi;     // [chunks] each 64-lane chunk's key range
@@ -108,7 +108,8 @@ struct Task {
       return reinterpret_cast<const float*>(row_ptr(t, b, j, hk));
     }
     ld = width;
-    for (i64 c = 0; c < cnt; ++c) simd::convert_row(row_ptr(t, b, j + c, hk), p.dtype, width, w.kv.get() + c * width);
+    for (i64 c = 0; c < cnt; ++c)
+      simd::convert_row(row_ptr(t, b, j + c, hk), p.dtype, width, w.kv.get() + c * width);
     return w.kv.get();
   }
 
@@ -179,7 +180,8 @@ void Task::run() const {
       const int NC = static_cast<int>(std::min<i64>(micro::kMaxNC, Mp / 16 - k * micro::kMaxNC));
       for (i64 c0 = a; c0 < e; c0 += micro::kMaxR) {
         const int R = static_cast<int>(std::min<i64>(micro::kMaxR, e - c0));
-        micro::kGemm<false>[R - 1][NC - 1](kr + (c0 - j) * ldk, ldk, qt + k * 64, Mp, D, st + c0 * Mp + k * 64, Mp);
+        micro::kGemm<false>[R - 1][NC - 1](kr + (c0 - j) * ldk, ldk, qt + k * 64, Mp, D,
+                                           st + c0 * Mp + k * 64, Mp);
       }
     }
   }
@@ -194,7 +196,8 @@ void Task::run() const {
     const V16 vlo = simd::load(w.lo.get() + l0), vhi = simd::load(w.hi.get() + l0);
     const float* brow[16] = {};
     if (p.bias)
-      for (int l = 0; l < 16; ++l) brow[l] = l0 + l < M ? p.bias_row(b, head(l0 + l), query(l0 + l)) + lo : nullptr;
+      for (int l = 0; l < 16; ++l)
+        brow[l] = l0 + l < M ? p.bias_row(b, head(l0 + l), query(l0 + l)) + lo : nullptr;
     V16 mx = simd::set1(kNegInf);
     for (i64 c = c_lo[k]; c < c_hi[k]; ++c) {
       float* sc = st + c * Mp + l0;
@@ -208,7 +211,8 @@ void Task::run() const {
       Mask16 vis = static_cast<Mask16>(simd::lt(cv, vhi) & ~simd::lt(cv, vlo));  // lo <= c < hi
       if (!exact)
         for (int l = 0; l < 16; ++l)
-          if (((vis >> l) & 1) && !w.rm[l0 + l].exact && !p.mask.visible(head(l0 + l), query(l0 + l), lo + c, Tq, Tk))
+          if (((vis >> l) & 1) && !w.rm[l0 + l].exact &&
+              !p.mask.visible(head(l0 + l), query(l0 + l), lo + c, Tq, Tk))
             vis = static_cast<Mask16>(vis & ~(1u << l));
       if (p.seg_q) vis &= simd::eq_i32(w.segq.get() + l0, p.seg_kv[b * Tk + lo + c]);
       x = simd::select(vis, x, simd::set1(kNegInf));
@@ -277,8 +281,9 @@ void Task::run() const {
     float* o = w.row.get();
     const bool any = started[r / 64];
     for (i64 e = 0; e < Dv; ++e) o[e] = any ? ot[e * Mp + r] * factor[r] : 0.f;
-    vanilla::store_row(o, Dv, p.dtype,
-                       static_cast<char*>(buffers.out.data()) + (((b * Tq + query(r)) * Hq + head(r)) * Dv) * es);
+    vanilla::store_row(
+        o, Dv, p.dtype,
+        static_cast<char*>(buffers.out.data()) + (((b * Tq + query(r)) * Hq + head(r)) * Dv) * es);
   }
 }
 

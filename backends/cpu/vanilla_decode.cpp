@@ -130,8 +130,8 @@ void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
     const char* v0 = row_ptr(p.v, b, j0, 0);
     for (i64 hk = 0; hk < Hkv; ++hk)
       if (w.head_active[hk])
-        vanilla::pv_block<DT>(w.S.get() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2) * es, p.v.stride(1),
-                              n, Dv, acc + hk * R * Dv, Dv);
+        vanilla::pv_block<DT>(w.S.get() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2) * es,
+                              p.v.stride(1), n, Dv, acc + hk * R * Dv, Dv);
   }
 }
 

@@ -29,7 +29,8 @@ struct RowMask {
 
 inline RowMask row_mask(const AttentionProblem& p, i64 hq, i64 i) {
   if (!p.has_mask()) return {0, p.Tk, true};
-  if (auto iv = p.mask.row_interval(hq, i, p.Tq, p.Tk)) return {iv->first, std::max(iv->first, iv->second), true};
+  if (auto iv = p.mask.row_interval(hq, i, p.Tq, p.Tk))
+    return {iv->first, std::max(iv->first, iv->second), true};
   return {0, p.Tk, false};
 }
 

@@ -39,11 +39,12 @@ inline V16 load_elems(const void* row, i64 at, int w) {
 
 // Widens `rows` rows of `cols` elements (row r starts at src + r * src_stride elements, dtype
 // `t`) into the contiguous fp32 matrix dst [rows, dst_stride], multiplying by `mul`.
-inline void load_rows_f32(const void* src, DType t, i64 src_stride, i64 rows, i64 cols, float* dst, i64 dst_stride,
-                          float mul = 1.f) {
+inline void load_rows_f32(const void* src, DType t, i64 src_stride, i64 rows, i64 cols, float* dst,
+                          i64 dst_stride, float mul = 1.f) {
   const i64 es = static_cast<i64>(dtype_size(t));
   for (i64 r = 0; r < rows; ++r)
-    simd::convert_row(static_cast<const char*>(src) + r * src_stride * es, t, cols, dst + r * dst_stride, mul);
+    simd::convert_row(static_cast<const char*>(src) + r * src_stride * es, t, cols, dst + r * dst_stride,
+                      mul);
 }
 
 // Narrows one fp32 row of n values into `dst` (dtype t), round to nearest even.
@@ -75,7 +76,8 @@ inline float exp_shift_sum(float* s, i64 n, float m) {
   V16 acc = simd::zero();
   for (i64 j = 0; j < n; j += 16) {
     const int w = lanes_left(n - j);
-    const V16 e = simd::select(first_lanes(w), simd::exp(simd::sub(simd::load_n(s + j, w), mv)), simd::zero());
+    const V16 e =
+        simd::select(first_lanes(w), simd::exp(simd::sub(simd::load_n(s + j, w), mv)), simd::zero());
     simd::store_n(s + j, e, w);
     acc = simd::add(acc, e);
   }

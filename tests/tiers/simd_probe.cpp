@@ -63,8 +63,15 @@ void gather(const float* base, std::int32_t stride, std::uint32_t m, float* out)
 }  // namespace
 
 const SimdProbe& simd_probe() {
-  static constexpr SimdProbe kProbe{static_cast<Isa>(ATTNOPS_TIER_LEVEL), &exp_rows, &tanh_rows, &exp_shift_sum,
-                                    &dot_key, &pv_block, &convert_row, &masks, &gather};
+  static constexpr SimdProbe kProbe{static_cast<Isa>(ATTNOPS_TIER_LEVEL),
+                                    &exp_rows,
+                                    &tanh_rows,
+                                    &exp_shift_sum,
+                                    &dot_key,
+                                    &pv_block,
+                                    &convert_row,
+                                    &masks,
+                                    &gather};
   return kProbe;
 }
 

@@ -16,14 +16,15 @@ struct SimdProbe {
   void (*tanh)(const float* in, float* out, std::int64_t n);
   // vanilla_simd.h
   float (*exp_shift_sum)(float* s, std::int64_t n, float m);
-  void (*dot_key)(DType dt, const float* Q, std::int64_t ldq, std::int64_t R, const void* k, std::int64_t D, float* s,
-                  std::int64_t lds);
-  void (*pv_block)(DType dt, const float* P, std::int64_t ldp, std::int64_t R, const void* V, std::int64_t ldv,
-                   std::int64_t n, std::int64_t Dv, float* acc, std::int64_t ldacc);
+  void (*dot_key)(DType dt, const float* Q, std::int64_t ldq, std::int64_t R, const void* k, std::int64_t D,
+                  float* s, std::int64_t lds);
+  void (*pv_block)(DType dt, const float* P, std::int64_t ldp, std::int64_t R, const void* V,
+                   std::int64_t ldv, std::int64_t n, std::int64_t Dv, float* acc, std::int64_t ldacc);
   void (*convert_row)(const void* src, DType t, std::int64_t n, float* dst, float mul);
   // Lane masks: for 16 lanes of a and b, writes select(lt(a, b), a, b) and eq(a, b) as bits, and
   // gathers base[l * stride] for the lanes of m.
-  void (*masks)(const float* a, const float* b, float* selected, std::uint32_t* eq_bits, std::uint32_t* lt_bits);
+  void (*masks)(const float* a, const float* b, float* selected, std::uint32_t* eq_bits,
+                std::uint32_t* lt_bits);
   void (*gather)(const float* base, std::int32_t stride, std::uint32_t m, float* out);
 };
 

@@ -18,11 +18,16 @@ namespace {
 
 const SimdProbe& probe(Isa isa) {
   switch (isa) {
-    case Isa::baseline: return tier_baseline::simd_probe();
-    case Isa::avx2: return tier_avx2::simd_probe();
-    case Isa::avx512: return tier_avx512::simd_probe();
-    case Isa::avx512bf16: return tier_avx512bf16::simd_probe();
-    default: return tier_amx::simd_probe();
+    case Isa::baseline:
+      return tier_baseline::simd_probe();
+    case Isa::avx2:
+      return tier_avx2::simd_probe();
+    case Isa::avx512:
+      return tier_avx512::simd_probe();
+    case Isa::avx512bf16:
+      return tier_avx512bf16::simd_probe();
+    default:
+      return tier_amx::simd_probe();
   }
 }
 
@@ -56,7 +61,8 @@ TEST(Simd16, TanhHasSmallAbsoluteError) {
     std::vector<float> y(x.size());
     probe(tier).tanh(x.data(), y.data(), static_cast<std::int64_t>(x.size()));
     for (std::size_t i = 0; i < x.size(); ++i)
-      ASSERT_NEAR(y[i], std::tanh(static_cast<double>(x[i])), 3e-7) << "tanh(" << x[i] << ") " << testing::tier_label(tier);
+      ASSERT_NEAR(y[i], std::tanh(static_cast<double>(x[i])), 3e-7)
+          << "tanh(" << x[i] << ") " << testing::tier_label(tier);
   }
 }
 
@@ -125,9 +131,12 @@ TEST(Simd16, DotPvAndConvertWidenEveryDtypeOverTails) {
           kb[d] = float_to_bf16_bits(kf[d]);
         }
         for (const DType dt : {DType::f32, DType::f16, DType::bf16}) {
-          const void* k = dt == DType::f32 ? static_cast<const void*>(kf.data())
-                                           : dt == DType::f16 ? static_cast<const void*>(kh.data()) : kb.data();
-          auto kval = [&](std::int64_t i) { return static_cast<double>(load_as_float(k, dt, static_cast<std::size_t>(i))); };
+          const void* k = dt == DType::f32   ? static_cast<const void*>(kf.data())
+                          : dt == DType::f16 ? static_cast<const void*>(kh.data())
+                                             : kb.data();
+          auto kval = [&](std::int64_t i) {
+            return static_cast<double>(load_as_float(k, dt, static_cast<std::size_t>(i)));
+          };
           const std::string where = testing::tier_label(tier) + " " + std::string(dtype_name(dt)) +
                                     " D=" + std::to_string(D) + " R=" + std::to_string(R);
           std::vector<float> s(static_cast<std::size_t>(R));
@@ -136,15 +145,20 @@ TEST(Simd16, DotPvAndConvertWidenEveryDtypeOverTails) {
           pr.pv_block(dt, P.data(), n, R, k, D, n, D, acc.data(), D);
           std::vector<float> row(static_cast<std::size_t>(n * D));
           pr.convert_row(k, dt, n * D, row.data(), 2.f);
-          for (std::int64_t i = 0; i < n * D; ++i) ASSERT_EQ(row[static_cast<std::size_t>(i)], 2.0 * kval(i)) << where;
+          for (std::int64_t i = 0; i < n * D; ++i)
+            ASSERT_EQ(row[static_cast<std::size_t>(i)], 2.0 * kval(i)) << where;
           for (std::int64_t r = 0; r < R; ++r) {
             double dot = 0;
-            for (std::int64_t d = 0; d < D; ++d) dot += static_cast<double>(q[static_cast<std::size_t>(r * D + d)]) * kval(d);
-            EXPECT_NEAR(s[static_cast<std::size_t>(r)], dot, 1e-5 * static_cast<double>(D)) << where << " r=" << r;
+            for (std::int64_t d = 0; d < D; ++d)
+              dot += static_cast<double>(q[static_cast<std::size_t>(r * D + d)]) * kval(d);
+            EXPECT_NEAR(s[static_cast<std::size_t>(r)], dot, 1e-5 * static_cast<double>(D))
+                << where << " r=" << r;
             for (std::int64_t d = 0; d < D; ++d) {
               double ref = 1.0;
-              for (std::int64_t j = 0; j < n; ++j) ref += static_cast<double>(P[static_cast<std::size_t>(r * n + j)]) * kval(j * D + d);
-              EXPECT_NEAR(acc[static_cast<std::size_t>(r * D + d)], ref, 1e-5) << where << " r=" << r << " d=" << d;
+              for (std::int64_t j = 0; j < n; ++j)
+                ref += static_cast<double>(P[static_cast<std::size_t>(r * n + j)]) * kval(j * D + d);
+              EXPECT_NEAR(acc[static_cast<std::size_t>(r * D + d)], ref, 1e-5)
+                  << where << " r=" << r << " d=" << d;
             }
           }
         }

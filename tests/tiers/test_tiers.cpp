@@ -67,10 +67,12 @@ TEST(IsaDecision, EveryMissingPieceLowersTheTierAndSaysWhy) {
       {"tile state", [](CpuFeatures& f) { f.xcr0 &= ~(std::uint64_t{1} << 18); }, Isa::avx512bf16,
        "amx refused: the OS does not enable tile state"},
       {"amx-bf16", [](CpuFeatures& f) { f.amx_bf16 = false; }, Isa::avx512bf16, "CPU lacks AMX-BF16"},
-      {"avx512bf16", [](CpuFeatures& f) { f.avx512bf16 = false; }, Isa::avx512, "avx512bf16 refused: CPU lacks AVX512_BF16"},
+      {"avx512bf16", [](CpuFeatures& f) { f.avx512bf16 = false; }, Isa::avx512,
+       "avx512bf16 refused: CPU lacks AVX512_BF16"},
       {"zmm state", [](CpuFeatures& f) { f.xcr0 &= ~std::uint64_t{0x80}; }, Isa::avx2,
        "avx512 refused: the OS does not enable opmask/ZMM state"},
-      {"avx512bw", [](CpuFeatures& f) { f.avx512bw = false; }, Isa::avx2, "avx512 refused: CPU lacks AVX512BW"},
+      {"avx512bw", [](CpuFeatures& f) { f.avx512bw = false; }, Isa::avx2,
+       "avx512 refused: CPU lacks AVX512BW"},
       {"f16c", [](CpuFeatures& f) { f.f16c = false; }, Isa::baseline, "avx2 refused: CPU lacks F16C"},
       {"ymm state", [](CpuFeatures& f) { f.xcr0 &= ~std::uint64_t{0x4}; }, Isa::baseline,
        "avx2 refused: the OS does not enable AVX state"},
@@ -88,7 +90,8 @@ TEST(IsaDecision, EveryMissingPieceLowersTheTierAndSaysWhy) {
 }
 
 TEST(IsaNames, RoundTripAndRejectOthers) {
-  for (int i = 0; i < kIsaCount; ++i) EXPECT_EQ(parse_isa(isa_name(static_cast<Isa>(i))), static_cast<Isa>(i));
+  for (int i = 0; i < kIsaCount; ++i)
+    EXPECT_EQ(parse_isa(isa_name(static_cast<Isa>(i))), static_cast<Isa>(i));
   EXPECT_FALSE(parse_isa("AVX2"));
   EXPECT_FALSE(parse_isa("avx512_bf16"));
   EXPECT_EQ(isa_names(), "baseline|avx2|avx512|avx512bf16|amx");
@@ -130,8 +133,8 @@ TEST_P(TierSupport, RunsThroughTheCapAndTheDecisionNamesIt) {
   const IsaChoice now = choose_isa();
   if (tier > now.tier) {
     if (tier > now.detected)
-      GTEST_SKIP() << isa_name(tier) << " not tested: this CPU/OS/build runs at most " << isa_name(now.detected)
-                   << " (" << detect_isa().refused << ")";
+      GTEST_SKIP() << isa_name(tier) << " not tested: this CPU/OS/build runs at most "
+                   << isa_name(now.detected) << " (" << detect_isa().refused << ")";
     GTEST_SKIP() << isa_name(tier) << " not tested: " << now.detail;
   }
   ScopedCap cap(std::string(isa_name(tier)).c_str());
@@ -163,7 +166,9 @@ TEST_P(TierSupport, RunsThroughTheCapAndTheDecisionNamesIt) {
 
 INSTANTIATE_TEST_SUITE_P(Tiers, TierSupport,
                          ::testing::Values(Isa::baseline, Isa::avx2, Isa::avx512, Isa::avx512bf16, Isa::amx),
-                         [](const ::testing::TestParamInfo<Isa>& info) { return std::string(isa_name(info.param)); });
+                         [](const ::testing::TestParamInfo<Isa>& info) {
+                           return std::string(isa_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace attnops::cpu
