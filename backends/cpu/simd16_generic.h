@@ -133,7 +133,16 @@ inline float reduce_max(V16 a) {
 }
 inline V16 widen_n(const std::uint16_t* p, bool bf16, int n) {
   V16 r = zero();
-  for (int l = 0; l < n && l < 16; ++l) r.v[l] = bf16 ? bf16_bits_to_float(p[l]) : half_bits_to_float(p[l]);
+  const int m = n > 0 ? (n < 16 ? n : 16) : 0;
+  if (bf16) {  // the top 16 bits of an f32: widen, shift, reinterpret
+    typedef std::uint16_t u16x16 __attribute__((vector_size(32)));
+    u16x16 h = {};
+    std::memcpy(&h, p, static_cast<std::size_t>(m) * sizeof(std::uint16_t));
+    const generic::i32x16 w = __builtin_convertvector(h, generic::i32x16) << 16;
+    std::memcpy(&r.v, &w, sizeof w);
+    return r;
+  }
+  for (int l = 0; l < m; ++l) r.v[l] = half_bits_to_float(p[l]);
   return r;
 }
 

@@ -94,18 +94,33 @@ inline void prefetch_bytes(const void* p, i64 bytes) {
 }
 inline constexpr i64 kPrefetchAheadBytes = 4096;  // K: about two rows ahead at Hkv * D * 4 = 2 KiB
 
-// dot_key for RR (1..4) rows: each 16-element chunk of k is loaded and widened once and feeds the
-// RR rows' accumulators (two per row, alternating chunks, to hide FMA latency).
+// Register blocking of the decode primitives per tier (a V16 is 1 zmm, 2 ymm or 4 xmm; 32, 16
+// and 16 registers): rows per tile, accumulators per row in dot_tile (alternating 16-element
+// chunks to hide FMA latency), and V16 column slices per row in pv_tile. Beyond these the
+// accumulators would spill to the stack.
+#if ATTNOPS_TIER_LEVEL >= 2
+inline constexpr int kDecodeRows = 4, kDotAcc = 2, kPvVecs = 4;
+#elif ATTNOPS_TIER_LEVEL == 1
+inline constexpr int kDecodeRows = 4, kDotAcc = 1, kPvVecs = 1;
+#else
+inline constexpr int kDecodeRows = 2, kDotAcc = 1, kPvVecs = 1;
+#endif
+
+template <DType DT>
+inline constexpr i64 kElemBytes = DT == DType::f32 ? 4 : 2;
+
+// dot_key for RR (1..kDecodeRows) rows: each 16-element chunk of k is loaded and widened once
+// and feeds the RR rows' accumulators.
 template <DType DT, int RR>
 inline void dot_tile(const float* Q, i64 ldq, const void* k, i64 D, float* s, i64 lds) {
-  V16 a[RR][2];
-  for (int r = 0; r < RR; ++r) a[r][0] = a[r][1] = simd::zero();
+  V16 a[RR][kDotAcc];
+  for (int r = 0; r < RR; ++r)
+    for (int u = 0; u < kDotAcc; ++u) a[r][u] = simd::zero();
   i64 d = 0;
-  for (; d + 32 <= D; d += 32) {
-    const V16 k0 = load_elems<DT>(k, d, 16), k1 = load_elems<DT>(k, d + 16, 16);
-    for (int r = 0; r < RR; ++r) {
-      a[r][0] = simd::fma(simd::load(Q + r * ldq + d), k0, a[r][0]);
-      a[r][1] = simd::fma(simd::load(Q + r * ldq + d + 16), k1, a[r][1]);
+  for (; d + 16 * kDotAcc <= D; d += 16 * kDotAcc) {
+    for (int u = 0; u < kDotAcc; ++u) {
+      const V16 kv = load_elems<DT>(k, d + 16 * u, 16);
+      for (int r = 0; r < RR; ++r) a[r][u] = simd::fma(simd::load(Q + r * ldq + d + 16 * u), kv, a[r][u]);
     }
   }
   for (; d < D; d += 16) {
@@ -113,7 +128,11 @@ inline void dot_tile(const float* Q, i64 ldq, const void* k, i64 D, float* s, i6
     const V16 k0 = load_elems<DT>(k, d, w);
     for (int r = 0; r < RR; ++r) a[r][0] = simd::fma(simd::load_n(Q + r * ldq + d, w), k0, a[r][0]);
   }
-  for (int r = 0; r < RR; ++r) s[r * lds] = simd::reduce_add(simd::add(a[r][0], a[r][1]));
+  for (int r = 0; r < RR; ++r) {
+    V16 t = a[r][0];
+    for (int u = 1; u < kDotAcc; ++u) t = simd::add(t, a[r][u]);
+    s[r * lds] = simd::reduce_add(t);
+  }
 }
 
 // s[r * lds] = dot(Q[r * ldq .. + D], k[0 .. D]) for r < R: one key (dtype DT, widened in
@@ -121,16 +140,16 @@ inline void dot_tile(const float* Q, i64 ldq, const void* k, i64 D, float* s, i6
 // once for all of them.
 template <DType DT>
 inline void dot_key(const float* Q, i64 ldq, i64 R, const void* k, i64 D, float* s, i64 lds) {
-  prefetch_bytes(static_cast<const char*>(k) + kPrefetchAheadBytes, D * static_cast<i64>(dtype_size(DT)));
-  for (i64 r0 = 0; r0 < R; r0 += 4) {
+  prefetch_bytes(static_cast<const char*>(k) + kPrefetchAheadBytes, D * kElemBytes<DT>);
+  for (i64 r0 = 0; r0 < R; r0 += kDecodeRows) {
     const float* q = Q + r0 * ldq;
     float* o = s + r0 * lds;
-    switch (R - r0 >= 4 ? 4 : R - r0) {
+    switch (R - r0 >= kDecodeRows ? kDecodeRows : R - r0) {
       case 4:
-        dot_tile<DT, 4>(q, ldq, k, D, o, lds);
+        if constexpr (kDecodeRows >= 4) dot_tile<DT, 4>(q, ldq, k, D, o, lds);
         break;
       case 3:
-        dot_tile<DT, 3>(q, ldq, k, D, o, lds);
+        if constexpr (kDecodeRows >= 3) dot_tile<DT, 3>(q, ldq, k, D, o, lds);
         break;
       case 2:
         dot_tile<DT, 2>(q, ldq, k, D, o, lds);
@@ -142,31 +161,31 @@ inline void dot_key(const float* Q, i64 ldq, i64 R, const void* k, i64 D, float*
   }
 }
 
-// pv_block for RR (1..4) rows: for each 64-column slice the RR x 4 accumulators stay in registers
-// while the n value rows stream through, so each V element is loaded once per RR rows.
+// pv_block for RR (1..kDecodeRows) rows: for each slice of 16 * kPvVecs columns the accumulators
+// stay in registers while the n value rows stream through, so each V element is loaded once per
+// RR rows.
 template <DType DT, int RR>
 inline void pv_tile(const float* P, i64 ldp, const void* V, i64 ldv, i64 n, i64 Dv, float* acc, i64 ldacc) {
-  const i64 es = static_cast<i64>(dtype_size(DT));
-  for (i64 c = 0; c < Dv; c += 64) {
-    int w[4];
-    for (int u = 0; u < 4; ++u) {
+  for (i64 c = 0; c < Dv; c += 16 * kPvVecs) {
+    int w[kPvVecs];
+    for (int u = 0; u < kPvVecs; ++u) {
       const i64 left = Dv - c - 16 * u;
       w[u] = left <= 0 ? 0 : lanes_left(left);
     }
-    V16 a[RR][4];
+    V16 a[RR][kPvVecs];
     for (int r = 0; r < RR; ++r)
-      for (int u = 0; u < 4; ++u) a[r][u] = simd::load_n(acc + r * ldacc + c + 16 * u, w[u]);
+      for (int u = 0; u < kPvVecs; ++u) a[r][u] = simd::load_n(acc + r * ldacc + c + 16 * u, w[u]);
     for (i64 j = 0; j < n; ++j) {
-      const char* v = static_cast<const char*>(V) + j * ldv * es;
-      V16 vv[4];
-      for (int u = 0; u < 4; ++u) vv[u] = w[u] ? load_elems<DT>(v, c + 16 * u, w[u]) : simd::zero();
+      const char* v = static_cast<const char*>(V) + j * ldv * kElemBytes<DT>;
+      V16 vv[kPvVecs];
+      for (int u = 0; u < kPvVecs; ++u) vv[u] = w[u] ? load_elems<DT>(v, c + 16 * u, w[u]) : simd::zero();
       for (int r = 0; r < RR; ++r) {
         const V16 pj = simd::set1(P[r * ldp + j]);
-        for (int u = 0; u < 4; ++u) a[r][u] = simd::fma(pj, vv[u], a[r][u]);
+        for (int u = 0; u < kPvVecs; ++u) a[r][u] = simd::fma(pj, vv[u], a[r][u]);
       }
     }
     for (int r = 0; r < RR; ++r)
-      for (int u = 0; u < 4; ++u) simd::store_n(acc + r * ldacc + c + 16 * u, a[r][u], w[u]);
+      for (int u = 0; u < kPvVecs; ++u) simd::store_n(acc + r * ldacc + c + 16 * u, a[r][u], w[u]);
   }
 }
 
@@ -176,15 +195,15 @@ inline void pv_tile(const float* P, i64 ldp, const void* V, i64 ldv, i64 n, i64 
 template <DType DT>
 inline void pv_block(const float* P, i64 ldp, i64 R, const void* V, i64 ldv, i64 n, i64 Dv, float* acc,
                      i64 ldacc) {
-  for (i64 r0 = 0; r0 < R; r0 += 4) {
+  for (i64 r0 = 0; r0 < R; r0 += kDecodeRows) {
     const float* p = P + r0 * ldp;
     float* a = acc + r0 * ldacc;
-    switch (R - r0 >= 4 ? 4 : R - r0) {
+    switch (R - r0 >= kDecodeRows ? kDecodeRows : R - r0) {
       case 4:
-        pv_tile<DT, 4>(p, ldp, V, ldv, n, Dv, a, ldacc);
+        if constexpr (kDecodeRows >= 4) pv_tile<DT, 4>(p, ldp, V, ldv, n, Dv, a, ldacc);
         break;
       case 3:
-        pv_tile<DT, 3>(p, ldp, V, ldv, n, Dv, a, ldacc);
+        if constexpr (kDecodeRows >= 3) pv_tile<DT, 3>(p, ldp, V, ldv, n, Dv, a, ldacc);
         break;
       case 2:
         pv_tile<DT, 2>(p, ldp, V, ldv, n, Dv, a, ldacc);

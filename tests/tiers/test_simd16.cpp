@@ -17,18 +17,22 @@ namespace attnops::cpu {
 namespace {
 
 const SimdProbe& probe(Isa isa) {
+#if defined(__x86_64__)  // tiers.cmake builds the x86 tiers there only
   switch (isa) {
-    case Isa::baseline:
-      return tier_baseline::simd_probe();
     case Isa::avx2:
       return tier_avx2::simd_probe();
     case Isa::avx512:
       return tier_avx512::simd_probe();
     case Isa::avx512bf16:
       return tier_avx512bf16::simd_probe();
-    default:
+    case Isa::amx:
       return tier_amx::simd_probe();
+    default:
+      break;
   }
+#endif
+  (void)isa;
+  return tier_baseline::simd_probe();
 }
 
 TEST(Simd16, ExpIsAccurateZeroBelowMinus87AndNeverSubnormal) {
@@ -104,7 +108,9 @@ TEST(Simd16, ExpShiftSumIsZeroWhereMaskedAndSumsTheRest) {
     for (std::size_t j = 0; j < s.size(); ++j) {
       const double ref = in[j] >= -87.f ? std::exp(static_cast<double>(in[j])) : 0.0;
       ref_sum += ref;
-      if (in[j] < -87.f) EXPECT_EQ(s[j], 0.f) << "argument " << in[j];
+      if (in[j] < -87.f) {
+        EXPECT_EQ(s[j], 0.f) << "argument " << in[j];
+      }
     }
     EXPECT_NEAR(sum, ref_sum, 1e-5 * ref_sum);
   }
