@@ -9,7 +9,7 @@
 // through attnops::registry().get(op, metadata) with metadata.backends = {backend} and the
 // operator's own fallbacks switched off, so the timed work is that operator's kernel on that
 // backend, validation and output allocation included (what a user gets); the label says which
-// operator and backend really ran.
+// operator, backend and kernel variant (the cpu ISA tier; ATTNOPS_CPU_ISA caps it) really ran.
 //
 // Counter GFLOPs_visible: 4 * B * Hq * D * visible_pairs / time (2 flops per multiply-add, two
 // products q.k and p.v, D == Dv), where visible_pairs counts only the (i, j) pairs the mask lets
@@ -82,7 +82,10 @@ void run_attention(benchmark::State& state, const std::string& op, Backend backe
   for (auto _ : state) {
     attnops::AttentionOutput out = attn(q, k, v, o);
     benchmark::DoNotOptimize(out.attention_outputs.data());
-    if (ran.empty()) ran = out.decision.op + "/" + std::string(attnops::backend_name(out.decision.backend));
+    if (ran.empty()) {  // operator/backend/kernel that ran, e.g. flash_attn2/cpu/avx512bf16
+      ran = out.decision.op + "/" + std::string(attnops::backend_name(out.decision.backend));
+      if (!out.decision.run.kernel.empty()) ran += "/" + out.decision.run.kernel;
+    }
   }
   const double T = static_cast<double>(s.T);
   const double visible_pairs = causal ? T * (T + 1) / 2 : T * T;
