@@ -26,13 +26,12 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "attnops/attnops.h"
 #include "bench/bench_inputs.h"
-#include "cli/sgemm.h"
+#include "bench/bench_sgemm.h"
 
 namespace {
 
@@ -40,26 +39,8 @@ using attnops::Backend;
 using attnops::DType;
 using attnops::Tensor;
 
+using attnops::bench::BM_Sgemm;
 using attnops::bench::filled;
-
-void BM_Sgemm(benchmark::State& state) {
-  const int n = static_cast<int>(state.range(0));
-  const auto elems = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
-  std::vector<float> a(elems), b(elems), c(elems);
-  std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  for (std::size_t i = 0; i < elems; ++i) a[i] = u(rng), b[i] = u(rng);
-  std::string isa;
-  for (auto _ : state) {
-    attnops::cli::sgemm_best(a.data(), b.data(), c.data(), n, omp_get_max_threads(), &isa);
-    benchmark::DoNotOptimize(c.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetLabel("eigen " + isa);
-  state.counters["GFLOPs"] = benchmark::Counter(
-      2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) * 1e-9,
-      benchmark::Counter::kIsIterationInvariantRate);
-}
 
 struct Shape {
   std::int64_t B, H, T, D;
@@ -156,11 +137,18 @@ void register_all() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_benchmarks(int argc, char** argv) {
   register_all();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
+}
+
+// The GPU state is released before main returns (never from a static destructor: gpu.h).
+int main(int argc, char** argv) {
+  const int status = run_benchmarks(argc, argv);
+  attnops::release_gpu();
+  return status;
 }

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "attnops/gpu.h"
 #include "backends/cpu/vanilla_cpu.h"
 
 namespace {
@@ -207,4 +208,11 @@ BENCHMARK_CAPTURE(BM_Prefill, native, attnops::Backend::native)
     ->Unit(benchmark::kMillisecond)
     ->Iterations(2);
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  attnops::release_gpu();  // before main returns, never from a static destructor (gpu.h)
+  return 0;
+}

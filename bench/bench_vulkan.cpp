@@ -110,11 +110,18 @@ void register_all() {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_benchmarks(int argc, char** argv) {
   register_all();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
+}
+
+// The GPU state is released before main returns (never from a static destructor: gpu.h).
+int main(int argc, char** argv) {
+  const int status = run_benchmarks(argc, argv);
+  attnops::release_gpu();
+  return status;
 }

@@ -2,9 +2,13 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+
+#include "attnops/config.h"
 #include "attnops/decision.h"
 #include "attnops/error.h"
 #include "cli/settings.h"
+#include "core/printable.h"
 
 namespace attnops::cli {
 
@@ -64,12 +68,30 @@ std::vector<bool> parse_causal_mode(std::string_view text) {
               "causal: expected true, false or both, got '" + std::string(text) + "'");
 }
 
+std::vector<Pass> parse_passes(std::string_view text) {
+  if (text == "both") return {Pass::forward, Pass::backward};
+  std::vector<Pass> out;
+  for (const std::string& piece : split(text, ',')) {
+    if (piece == "forward" || piece == "backward") {
+      const Pass p = piece == "forward" ? Pass::forward : Pass::backward;
+      if (std::find(out.begin(), out.end(), p) == out.end()) out.push_back(p);
+    } else {
+      throw Error(ErrorCode::invalid_argument,
+                  "passes: expected forward, backward or both, got '" + std::string(text) + "'");
+    }
+  }
+  return out;
+}
+
 namespace {
 
+// Keys and values quoted from the file are escaped (printable): no raw control bytes reach the
+// terminal (found by fuzz/fuzz_bench_file).
 [[noreturn]] void bad(const std::string& file, const YAML::Node& n, const std::string& key,
                       const std::string& what) {
   throw Error(ErrorCode::config_error, file + ":" + std::to_string(n.Mark().line + 1) + ":" +
-                                           std::to_string(n.Mark().column + 1) + ": " + key + ": " + what);
+                                           std::to_string(n.Mark().column + 1) + ": " + printable(key, 100) +
+                                           ": " + printable(what, 400));
 }
 
 std::vector<std::string> strings(const std::string& file, const YAML::Node& n, const std::string& key) {
@@ -83,22 +105,17 @@ std::vector<std::string> strings(const std::string& file, const YAML::Node& n, c
   return out;
 }
 
-}  // namespace
-
-BenchSpec load_bench_file(const std::string& path) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path);
-  } catch (const YAML::BadFile&) {
-    throw Error(ErrorCode::io_error, "bench file '" + path + "': cannot open");
-  } catch (const YAML::Exception& e) {
-    throw Error(ErrorCode::config_error, "bench file '" + path + "': " + e.what());
-  }
+// The schema walk shared by load_bench_file and parse_bench_text; `path` names the source.
+BenchSpec bench_spec_from(const YAML::Node& root, const std::string& path) {
   BenchSpec spec;
   if (root.IsNull()) return spec;
   if (!root.IsMap())
     throw Error(ErrorCode::config_error, "bench file '" + path + "': expected a mapping at the top");
   for (const auto& kv : root) {
+    // A key that is a list or a map would make as<std::string>() throw a yaml-cpp exception past
+    // every handler below (found by fuzz/fuzz_bench_file: "[a]: 1").
+    if (!kv.first.IsScalar())
+      bad(path, kv.first, "key", "expected a name (ops, backends, ...), got a list or map");
     const std::string key = kv.first.as<std::string>();
     const YAML::Node& v = kv.second;
     try {
@@ -106,7 +123,8 @@ BenchSpec load_bench_file(const std::string& path) {
         spec.ops = strings(path, v, key);
       } else if (key == "backends") {
         spec.backends = strings(path, v, key);
-        for (const auto& b : spec.backends) parse_backend_list(b);  // validate now, with the file named
+        for (const auto& b : spec.backends)  // validate now, with the file named
+          if (b != "gpu_resident") parse_backend_list(b);
       } else if (key == "shapes") {
         spec.shapes.clear();
         for (const auto& s : strings(path, v, key)) spec.shapes.push_back(parse_bench_shape(s));
@@ -119,6 +137,12 @@ BenchSpec load_bench_file(const std::string& path) {
         }
       } else if (key == "causal") {
         spec.causal = parse_causal_mode(v.as<std::string>());
+      } else if (key == "passes") {
+        spec.passes.clear();
+        for (const auto& x : strings(path, v, key))
+          for (Pass p : parse_passes(x))
+            if (std::find(spec.passes.begin(), spec.passes.end(), p) == spec.passes.end())
+              spec.passes.push_back(p);
       } else if (key == "repeats") {
         spec.repeats = v.as<int>();
         if (spec.repeats < 1) bad(path, v, key, "expected >= 1");
@@ -127,16 +151,33 @@ BenchSpec load_bench_file(const std::string& path) {
         if (spec.sgemm < 0) bad(path, v, key, "expected >= 0");
       } else {
         bad(path, kv.first, key,
-            "unknown key (expected ops, backends, shapes, dtypes, causal, repeats, sgemm)");
+            "unknown key (expected ops, backends, shapes, dtypes, causal, passes, repeats, sgemm)");
       }
     } catch (const YAML::Exception& e) {
-      bad(path, v, key, std::string("wrong type (") + e.what() + ")");
+      bad(path, v, key, std::string("wrong type (") + printable(e.what(), 200) + ")");
     } catch (const Error& e) {
       if (e.code() == ErrorCode::config_error) throw;
       bad(path, v, key, e.what());
     }
   }
   return spec;
+}
+
+}  // namespace
+
+BenchSpec load_bench_file(const std::string& path) {
+  // Bounded (at most kMaxConfigBytes), then parsed as text.
+  return parse_bench_text(read_yaml_file(path, "bench file"), path);
+}
+
+BenchSpec parse_bench_text(std::string_view yaml_text, const std::string& source) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml_text));
+  } catch (const YAML::Exception& e) {
+    throw Error(ErrorCode::config_error, "bench file '" + source + "': " + printable(e.what()));
+  }
+  return bench_spec_from(root, source);
 }
 
 }  // namespace attnops::cli

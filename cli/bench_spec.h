@@ -6,6 +6,7 @@
 //   shapes: ["1,8,512,64", "1,8,1:2048,64,2"]   # B,Hq,T,D[,Hkv]; T is Tq=Tk or Tq:Tk
 //   dtypes: [f32]                               # f32|f16|bf16
 //   causal: both                                # true | false | both
+//   passes: [forward, backward]                 # forward | backward | both (default forward)
 //   repeats: 3                                  # timed runs per row (the median is reported)
 //   sgemm: 1024                                 # size n of the n x n x n Eigen SGEMM row; 0 = none
 #pragma once
@@ -15,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "attnops/decision.h"
 #include "attnops/dtype.h"
 
 namespace attnops::cli {
@@ -30,6 +32,7 @@ struct BenchSpec {
   std::vector<BenchShape> shapes;
   std::vector<DType> dtypes{DType::f32};
   std::vector<bool> causal{true};
+  std::vector<Pass> passes{Pass::forward};
   int repeats = 3;
   int sgemm = 1024;
 };
@@ -41,7 +44,13 @@ std::vector<BenchShape> parse_bench_shapes(std::string_view text);
 // "true"/"causal" -> {true}; "false"/"non_causal" -> {false}; "both" -> {true, false}.
 std::vector<bool> parse_causal_mode(std::string_view text);
 
+// "forward" | "backward" | "both", or a comma-separated list of the first two.
+std::vector<Pass> parse_passes(std::string_view text);
+
 // Reads a bench file; Error(config_error) naming the file and the key for a wrong value.
 BenchSpec load_bench_file(const std::string& path);
+// The same for a bench file's text already in memory (the fuzz target's entry); `source` names
+// it in messages.
+BenchSpec parse_bench_text(std::string_view yaml_text, const std::string& source);
 
 }  // namespace attnops::cli

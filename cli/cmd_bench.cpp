@@ -4,13 +4,23 @@
 //
 // Each row: the operator asked for and the one that ran, the backend actually used and the
 // kernel variant inside it (from the decision: the cpu ISA tier, e.g. avx512bf16), the median
-// time over --repeats samples (each the mean of enough calls to last >= 20 ms), GFLOP/s and the max error against the fp64 oracle on a small verification run of
-// the same configuration (same operator, backend, dtype, mask, heads and head_dim; sequence
-// lengths cut to <= 256, keeping Tq == 1 and Tq % 128 != 0 as they were so that the same
-// fallbacks apply).
+// time over --repeats samples (each the mean of enough calls to last >= 20 ms), GFLOP/s and the
+// max error against the fp64 oracle on a small verification run of the same configuration (same
+// operator, backend, dtype, mask, heads and head_dim; sequence lengths cut to <= 256, keeping
+// Tq == 1 and Tq % 128 != 0 as they were so that the same fallbacks apply).
 //
 // GFLOP/s = 2 * (D + Dv) * B * Hq * (visible (q, k) pairs) / time: 4*B*Hq*Tq*Tk*D for a dense
 // mask, only the visible pairs for causal (about half), as the benchmarks of flash attention do.
+//
+// Backward rows (passes: backward) run the forward once (with lse) outside the timing and time
+// attn.backward(q, k, v, forward, dout); their GFLOP/s count 2.5 times the forward's FLOPs (the
+// usual convention), their max_err is the largest gradient error against the fp64 backward
+// oracle, and their decision (ran, backend, reasons) is the backward's.
+// GPU rows, forward and backward, also report the kernels alone (kernel_ms, kernel GFLOP/s: the
+// median of the GPU timestamps of profiled calls), next to the end-to-end time that includes
+// uploads, read-backs and the fixed cost of a call. The backend `gpu_resident` is the gpu with q, k, v uploaded once
+// as device tensors before timing (the output stays on the device), as a model keeping its
+// activations and KV cache on the GPU would call it.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -42,10 +52,10 @@ namespace {
 
 constexpr const char* kFlopsNote =
     "GFLOP/s = 4*B*Hq*D*(visible q,k pairs)/time: dense rows count Tq*Tk pairs, causal rows only the visible "
-    "ones (about half)";
+    "ones (about half); backward rows count 2.5 times that";
 
 struct BenchArgs {
-  std::string file, ops, backends, shapes, dtypes, config, csv, json, plot;
+  std::string file, ops, backends, shapes, dtypes, passes, config, csv, json, plot;
   bool causal = false, no_causal = false, both = false, progress = false, no_progress = false;
   int repeats = 0, threads = 0, sgemm = -1;
 };
@@ -58,8 +68,10 @@ struct Row {
   BenchShape shape;
   DType dtype = DType::f32;
   bool causal = true;
+  Pass pass = Pass::forward;
   double median_ms = NAN, gflops = NAN, vs_sgemm = NAN, max_err = NAN;
-  std::string error;  // when the row could not run
+  double kernel_ms = NAN, kernel_gflops = NAN;  // gpu rows: the kernels alone (timestamps)
+  std::string error;                            // when the row could not run
 };
 
 // Visible (q, k) pairs of one head, as the kernels' block map counts them.
@@ -84,18 +96,45 @@ Qkv make_inputs(const BenchShape& s, DType dtype, std::uint64_t seed) {
 void run_row(Row& row, const Config& base, const Overrides& threads, int repeats) {
   Config config = base;
   Overrides o = threads;
-  o.backends = parse_backend_list(row.backend_requested);
+  const bool resident = row.backend_requested == "gpu_resident";
+  o.backends = parse_backend_list(resident ? "gpu" : row.backend_requested);
   apply_overrides(config, o);
   const Attention attn = registry().get(row.op, config);
   AttentionOptions opts;
   opts.causal = row.causal;
 
   const Qkv in = make_inputs(row.shape, row.dtype, 7);
+  const bool backward = row.pass == Pass::backward;
+  if (backward) opts.return_lse = true;
+  if (backward && resident)
+    throw Error(ErrorCode::invalid_argument,
+                "bench: backward rows read host tensors (the backward has no device-resident path yet): "
+                "use the gpu backend, not gpu_resident");
+  DeviceTensor dq, dk, dv;  // gpu_resident: the inputs live on the device during the timing
+  if (resident) {
+    const GpuSettings& gpu = attn.op().metadata().gpu;
+    dq = to_device(in.q, gpu), dk = to_device(in.k, gpu), dv = to_device(in.v, gpu);
+  }
+  const auto forward = [&](const AttentionOptions& op) {
+    return resident ? attn(dq, dk, dv, op) : attn(in.q, in.k, in.v, op);
+  };
   using Clock = std::chrono::steady_clock;
   const auto elapsed_ms = [](Clock::time_point t0) {
     return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
   };
-  AttentionOutput r = attn(in.q, in.k, in.v, opts);  // warm-up: allocations, pipelines, block maps
+  // Warm-up (allocations, pipelines, block maps); for a backward row, its forward's residuals.
+  AttentionOutput r = forward(opts);
+  const Tensor dout = backward ? random_tensor(row.dtype, r.attention_outputs.shape(), 8) : Tensor();
+  DispatchDecision decision = r.decision;
+  const auto call = [&] {
+    if (!backward) {
+      r = forward(opts);
+      decision = r.decision;
+    } else {
+      decision = attn.backward(in.q, in.k, in.v, r, dout, opts).decision;
+    }
+  };
+  if (backward) call();
   // Each timed sample repeats the call until it has lasted >= kMinSampleMs (at most kMaxCalls
   // calls), so that short calls are not rounded to the scheduler's time slice on a busy machine;
   // the sample is the mean time per call.
@@ -107,7 +146,7 @@ void run_row(Row& row, const Config& base, const Overrides& threads, int repeats
     int calls = 0;
     double total = 0;
     do {
-      r = attn(in.q, in.k, in.v, opts);
+      call();
       ++calls;
       total = elapsed_ms(t0);
     } while (total < kMinSampleMs && calls < kMaxCalls);
@@ -115,18 +154,41 @@ void run_row(Row& row, const Config& base, const Overrides& threads, int repeats
   }
   std::sort(ms.begin(), ms.end());
   row.median_ms = ms[ms.size() / 2];
-  row.ran = r.decision.op;
-  row.backend = std::string(backend_name(r.decision.backend));
-  row.kernel = r.decision.run.kernel;
-  row.reasons = reason_codes(r.decision);
-  const OperationMetadata& md = metadata_that_ran(attn, r.decision);
+  row.ran = decision.op;
+  row.backend = std::string(backend_name(decision.backend));
+  row.kernel = decision.run.kernel;
+  row.reasons = reason_codes(decision);
+  const OperationMetadata& md = metadata_that_ran(attn, decision);
   const AttentionProblem p = make_problem(in.q, in.k, in.v, opts, md);
-  row.gflops = attention_flops(p, visible_pairs(p)) / (row.median_ms * 1e6);
+  const double flops = backward ? backward_flops(p, visible_pairs(p)) : attention_flops(p, visible_pairs(p));
+  row.gflops = flops / (row.median_ms * 1e6);
+  if (decision.backend == Backend::gpu) {
+    AttentionOptions prof = opts;
+    prof.profile = true;
+    std::vector<double> kms;
+    for (int i = 0; i < std::max(repeats, 3); ++i) {
+      const RunInfo run = backward ? attn.backward(in.q, in.k, in.v, r, dout, prof).decision.run
+                                   : forward(prof).decision.run;
+      if (run.timings && run.timings->device_timestamps) kms.push_back(run.timings->kernel_ms);
+    }
+    if (!kms.empty()) {
+      std::sort(kms.begin(), kms.end());
+      row.kernel_ms = kms[kms.size() / 2];
+      row.kernel_gflops = flops / (row.kernel_ms * 1e6);
+    }
+  }
 
   const Qkv small = make_inputs(verification_shape(row.shape), row.dtype, 11);
-  const AttentionOutput sr = attn(small.q, small.k, small.v, opts);
-  const OperationMetadata& smd = metadata_that_ran(attn, sr.decision);
-  row.max_err = max_error_vs_oracle(small.q, small.k, small.v, opts, smd, sr.attention_outputs);
+  const AttentionOutput sr = attn(small.q, small.k, small.v, opts);  // host inputs: the same kernels
+  if (!backward) {
+    const OperationMetadata& smd = metadata_that_ran(attn, sr.decision);
+    row.max_err = max_error_vs_oracle(small.q, small.k, small.v, opts, smd, sr.attention_outputs);
+  } else {
+    const Tensor sdout = random_tensor(row.dtype, sr.attention_outputs.shape(), 12);
+    const AttentionGradients sg = attn.backward(small.q, small.k, small.v, sr, sdout, opts);
+    row.max_err = max_gradient_error_vs_oracle(small.q, small.k, small.v, sr.attention_outputs, *sr.lse,
+                                               sdout, opts, metadata_that_ran(attn, sg.decision), sg);
+  }
 }
 
 std::string fmt(const char* f, double v) {
@@ -139,25 +201,30 @@ std::string fmt(const char* f, double v) {
 void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmResult& sgemm) {
   out << "# " << kFlopsNote << "\n";
   char line[512];
-  std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-11s %-22s %-5s %-6s %10s %9s %8s %9s  %s\n",
-                "operator", "asked", "ran", "backend", "kernel", "shape", "dtype", "causal", "median_ms", "GFLOP/s",
-                "vs_sgemm", "max_err", "reasons");
+  std::snprintf(line, sizeof line,
+                "%-12s %-12s %-12s %-7s %-11s %-22s %-5s %-6s %-4s %10s %9s %10s %9s %8s %9s  %s\n",
+                "operator", "asked", "ran", "backend", "kernel", "shape", "dtype", "causal", "pass", "median_ms",
+                "GFLOP/s", "kernel_ms", "kern_GF/s", "vs_sgemm", "max_err", "reasons");
   out << line;
   if (sgemm.n > 0) {
     const std::string shape = std::to_string(sgemm.n) + "^3";
-    std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-11s %-22s %-5s %-6s %10.3f %9.1f %8.2f %9s  %s\n",
-                  "eigen_sgemm", "-", "sgemm", "cpu", sgemm.isa.c_str(), shape.c_str(), "f32", "-", sgemm.median_ms,
-                  sgemm.gflops, 1.0, "-", "");
+    std::snprintf(line, sizeof line,
+                  "%-12s %-12s %-12s %-7s %-11s %-22s %-5s %-6s %-4s %10.3f %9.1f %10s %9s %8.2f %9s  %s\n",
+                  "eigen_sgemm", "-", "sgemm", "cpu", sgemm.isa.c_str(), shape.c_str(), "f32", "-", "-",
+                  sgemm.median_ms, sgemm.gflops, "-", "-", 1.0, "-", "");
     out << line;
   }
   for (const Row& r : rows) {
-    std::snprintf(line, sizeof line, "%-12s %-7s %-12s %-7s %-11s %-22s %-5s %-6s %10s %9s %8s %9s  %s\n",
+    std::snprintf(line, sizeof line,
+                  "%-12s %-12s %-12s %-7s %-11s %-22s %-5s %-6s %-4s %10s %9s %10s %9s %8s %9s  %s\n",
                   r.op.c_str(), r.backend_requested.c_str(), r.ran.empty() ? "-" : r.ran.c_str(),
                   r.backend.empty() ? "-" : r.backend.c_str(), r.kernel.empty() ? "-" : r.kernel.c_str(),
                   r.shape.label().c_str(),
                   std::string(dtype_name(r.dtype)).c_str(), r.causal ? "yes" : "no",
-                  fmt("%.3f", r.median_ms).c_str(), fmt("%.1f", r.gflops).c_str(),
-                  fmt("%.3f", r.vs_sgemm).c_str(), fmt("%.2e", r.max_err).c_str(),
+                  r.pass == Pass::backward ? "bwd" : "fwd", fmt("%.3f", r.median_ms).c_str(),
+                  fmt("%.1f", r.gflops).c_str(), fmt("%.3f", r.kernel_ms).c_str(),
+                  fmt("%.1f", r.kernel_gflops).c_str(), fmt("%.3f", r.vs_sgemm).c_str(),
+                  fmt("%.2e", r.max_err).c_str(),
                   r.error.empty() ? r.reasons.c_str() : ("error: " + r.error).c_str());
     out << line;
   }
@@ -176,19 +243,20 @@ std::string csv_quote(const std::string& s) {
 void write_csv(const std::string& path, const std::vector<Row>& rows, const SgemmResult& sgemm) {
   std::ofstream f(path);
   if (!f) throw Error(ErrorCode::io_error, "--csv " + path + ": cannot open for writing");
-  f << "operator,backend_requested,ran,backend,kernel,B,Hq,Hkv,Tq,Tk,D,dtype,causal,"
-       "median_ms,gflops,vs_sgemm,max_err,reasons,error\n";
+  f << "operator,backend_requested,ran,backend,kernel,B,Hq,Hkv,Tq,Tk,D,dtype,causal,pass,"
+       "median_ms,gflops,kernel_ms,kernel_gflops,vs_sgemm,max_err,reasons,error\n";
   auto num = [](double v) { return std::isfinite(v) ? fmt("%.6g", v) : std::string(); };
   if (sgemm.n > 0)
-    f << "eigen_sgemm,,sgemm,cpu," << sgemm.isa << ",,,,,," << sgemm.n << ",f32,," << num(sgemm.median_ms) << ","
-      << num(sgemm.gflops) << ",1,,,\n";
+    f << "eigen_sgemm,,sgemm,cpu," << sgemm.isa << ",,,,,," << sgemm.n << ",f32,,," << num(sgemm.median_ms) << ","
+      << num(sgemm.gflops) << ",,,1,,,\n";
   for (const Row& r : rows)
     f << r.op << "," << r.backend_requested << "," << r.ran << "," << r.backend << "," << r.kernel << ","
       << r.shape.B << ","
       << r.shape.Hq << "," << r.shape.Hkv << "," << r.shape.Tq << "," << r.shape.Tk << "," << r.shape.D << ","
-      << dtype_name(r.dtype) << "," << (r.causal ? "true" : "false") << "," << num(r.median_ms) << ","
-      << num(r.gflops) << "," << num(r.vs_sgemm) << "," << num(r.max_err) << "," << csv_quote(r.reasons)
-      << "," << csv_quote(r.error) << "\n";
+      << dtype_name(r.dtype) << "," << (r.causal ? "true" : "false") << "," << pass_name(r.pass) << ","
+      << num(r.median_ms) << "," << num(r.gflops) << "," << num(r.kernel_ms) << "," << num(r.kernel_gflops)
+      << "," << num(r.vs_sgemm) << "," << num(r.max_err) << "," << csv_quote(r.reasons) << ","
+      << csv_quote(r.error) << "\n";
   if (!f) throw Error(ErrorCode::io_error, "--csv " + path + ": write failed");
 }
 
@@ -213,8 +281,11 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Sge
                          {"D", r.shape.D},
                          {"dtype", std::string(dtype_name(r.dtype))},
                          {"causal", r.causal},
+                         {"pass", std::string(pass_name(r.pass))},
                          {"median_ms", num(r.median_ms)},
                          {"gflops", num(r.gflops)},
+                         {"kernel_ms", num(r.kernel_ms)},
+                         {"kernel_gflops", num(r.kernel_gflops)},
                          {"vs_sgemm", num(r.vs_sgemm)},
                          {"max_err", num(r.max_err)},
                          {"reasons", r.reasons},
@@ -226,7 +297,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Sge
 }
 
 void plot_rows(const std::string& path, const std::vector<Row>& rows, const SgemmResult& sgemm,
-               bool both_causal, bool several_dtypes) {
+               bool both_causal, bool several_dtypes, bool both_passes) {
   PlotSpec spec;
   spec.title = "attnops bench: GFLOP/s per shape (causal rows count visible pairs only)";
   spec.ylabel = "GFLOP/s";
@@ -241,6 +312,7 @@ void plot_rows(const std::string& path, const std::vector<Row>& rows, const Sgem
   const auto series_of = [&](const Row& r) {
     std::string key = r.op + "/" + r.backend_requested;
     if (both_causal) key += r.causal ? " causal" : " non-causal";
+    if (both_passes) key += r.pass == Pass::backward ? " backward" : " forward";
     return key;
   };
   for (const Row& r : rows) {
@@ -277,7 +349,8 @@ int bench(const BenchArgs& a) {
   BenchSpec spec = a.file.empty() ? BenchSpec{} : load_bench_file(a.file);
   if (!a.ops.empty()) spec.ops = split(a.ops, ',');
   if (!a.backends.empty()) spec.backends = split(a.backends, ',');
-  for (const auto& b : spec.backends) parse_backend_list(b);  // reject typos before any timing
+  for (const auto& b : spec.backends)  // reject typos before any timing
+    if (b != "gpu_resident") parse_backend_list(b);
   if (!a.shapes.empty()) spec.shapes = parse_bench_shapes(a.shapes);
   if (spec.shapes.empty()) spec.shapes = {parse_bench_shape("1,8,512,64")};
   if (!a.dtypes.empty()) {
@@ -289,6 +362,7 @@ int bench(const BenchArgs& a) {
       spec.dtypes.push_back(*d);
     }
   }
+  if (!a.passes.empty()) spec.passes = parse_passes(a.passes);
   if (a.causal) spec.causal = {true};
   if (a.no_causal) spec.causal = {false};
   if (a.both) spec.causal = {true, false};
@@ -307,15 +381,17 @@ int bench(const BenchArgs& a) {
     for (const auto& backend : spec.backends)
       for (const auto& shape : spec.shapes)
         for (DType dtype : spec.dtypes)
-          for (bool causal : spec.causal) {
-            Row r;
-            r.op = op;
-            r.backend_requested = backend;
-            r.shape = shape;
-            r.dtype = dtype;
-            r.causal = causal;
-            rows.push_back(std::move(r));
-          }
+          for (bool causal : spec.causal)
+            for (Pass pass : spec.passes) {
+              Row r;
+              r.op = op;
+              r.backend_requested = backend;
+              r.shape = shape;
+              r.dtype = dtype;
+              r.causal = causal;
+              r.pass = pass;
+              rows.push_back(std::move(r));
+            }
 
   const bool show = a.no_progress ? false : (a.progress || ProgressBar::stderr_is_tty());
   ProgressBar bar(rows.size() + (spec.sgemm > 0 ? 1 : 0), show);
@@ -328,7 +404,8 @@ int bench(const BenchArgs& a) {
   }
   for (Row& r : rows) {
     bar.update(done, r.op + "/" + r.backend_requested + " " + r.shape.label() + " " +
-                         std::string(dtype_name(r.dtype)) + (r.causal ? " causal" : " non-causal"));
+                         std::string(dtype_name(r.dtype)) + (r.causal ? " causal" : " non-causal") +
+                         (r.pass == Pass::backward ? " backward" : ""));
     try {
       run_row(r, config, threads, spec.repeats);
       if (sgemm.gflops > 0) r.vs_sgemm = r.gflops / sgemm.gflops;
@@ -342,7 +419,8 @@ int bench(const BenchArgs& a) {
   print_table(std::cout, rows, sgemm);
   if (!a.csv.empty()) write_csv(a.csv, rows, sgemm);
   if (!a.json.empty()) write_json(a.json, rows, sgemm);
-  if (!a.plot.empty()) plot_rows(a.plot, rows, sgemm, spec.causal.size() > 1, spec.dtypes.size() > 1);
+  if (!a.plot.empty())
+    plot_rows(a.plot, rows, sgemm, spec.causal.size() > 1, spec.dtypes.size() > 1, spec.passes.size() > 1);
   return std::cout ? 0 : 2;
 }
 
@@ -353,12 +431,16 @@ Command add_bench_command(CLI::App& root) {
   CLI::App* app = root.add_subcommand("bench", "Time operators x backends x shapes; table, CSV, JSON, plot");
   app->add_option("--file", a->file, "YAML bench file (e.g. config/bench_default.yaml); flags override it");
   app->add_option("--ops", a->ops, "Operators, comma separated (default: all)");
-  app->add_option("--backends", a->backends, "Backends to ask for, comma separated: auto,native,cpu,gpu,tpu");
+  app->add_option(
+      "--backends", a->backends,
+      "Backends to ask for, comma separated: auto,native,cpu,gpu,tpu, or gpu_resident (gpu with q, k, v "
+      "kept on the device)");
   app->add_option("--shapes", a->shapes, "Shapes 'B,H,T,D[,Hkv];...' with T = Tq or Tq:Tk");
   app->add_option("--dtypes", a->dtypes, "Dtypes, comma separated: f32,f16,bf16");
   auto* c = app->add_flag("--causal", a->causal, "Causal rows only (the default)");
   auto* nc = app->add_flag("--no-causal", a->no_causal, "Non-causal rows only");
   app->add_flag("--both", a->both, "Causal and non-causal rows")->excludes(c)->excludes(nc);
+  app->add_option("--passes", a->passes, "forward, backward or both (default forward)");
   nc->excludes(c);
   app->add_option("--repeats", a->repeats, "Timed runs per row (median reported)")
       ->check(CLI::PositiveNumber);

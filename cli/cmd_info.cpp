@@ -37,6 +37,7 @@ struct Row {
   std::string op, backend;
   int position = 0;  // 1-based place in the candidate order; 0 = not a candidate
   bool implements = false, available = false, disabled = false, tried = false;
+  bool backward = false;  // the operator implements its backward on this backend
   std::string why_not;
 };
 
@@ -54,6 +55,7 @@ std::vector<Row> operator_rows(const Config& config) {
       const auto at = std::find(order.begin(), order.end(), b);
       r.position = at == order.end() ? 0 : static_cast<int>(at - order.begin()) + 1;
       r.implements = attn.op().implements(b);
+      r.backward = attn.op().implements_backward(b);
       const Availability av = host.availability(b, md.gpu);
       r.available = av.available;
       r.disabled = std::find(md.disabled_backends.begin(), md.disabled_backends.end(), b) !=
@@ -125,6 +127,7 @@ int info(const InfoArgs& a) {
                                 {"backend", r.backend},
                                 {"order", r.position},
                                 {"implements", r.implements},
+                                {"implements_backward", r.backward},
                                 {"available", r.available},
                                 {"disabled", r.disabled},
                                 {"tried", r.tried},
@@ -147,13 +150,13 @@ int info(const InfoArgs& a) {
   }
   std::cout << "\nOperators x backends (order = place in the list the dispatcher tries):\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%-12s %-7s %-5s %-10s %-9s %-5s %s\n", "operator", "backend", "order",
-                "implements", "available", "tried", "why not / detail");
+  std::snprintf(line, sizeof line, "%-12s %-7s %-5s %-10s %-8s %-9s %-5s %s\n", "operator", "backend",
+                "order", "implements", "backward", "available", "tried", "why not / detail");
   std::cout << line;
   for (const auto& r : rows) {
-    std::snprintf(line, sizeof line, "%-12s %-7s %-5s %-10s %-9s %-5s ", r.op.c_str(), r.backend.c_str(),
+    std::snprintf(line, sizeof line, "%-12s %-7s %-5s %-10s %-8s %-9s %-5s ", r.op.c_str(), r.backend.c_str(),
                   r.position ? std::to_string(r.position).c_str() : "-", yes(r.implements).c_str(),
-                  yes(r.available).c_str(), yes(r.tried).c_str());
+                  yes(r.backward).c_str(), yes(r.available).c_str(), yes(r.tried).c_str());
     std::cout << line << r.why_not << "\n";
   }
   return std::cout ? 0 : 2;

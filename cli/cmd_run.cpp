@@ -4,9 +4,12 @@
 //     [--backend auto|native|cpu|gpu|tpu] [--causal | --no-causal] [--scale X] [--window L,R]
 //     [--chunk N] [--soft-cap X] [--sinks S.npy] [--bias B.npy]
 //     [--segment-ids-q SQ.npy --segment-ids-kv SKV.npy] [--dtype f32|f16|bf16]
-//     [--lse-out L.npy] [--weights-out W.npy] [--threads N] [--explain]
+//     [--lse-out L.npy] [--weights-out W.npy] [--threads N] [--explain] [--profile]
+//     [--dout G.npy --dq-out DQ.npy --dk-out DK.npy --dv-out DV.npy [--dsinks-out] [--dbias-out]]
 //
-// --explain prints the DispatchDecision as one JSON object, the last line on stderr.
+// --explain prints the DispatchDecision as one JSON object, the last line on stderr; with
+// --dout (the backward, see run_backward.h) the backward's decision follows on its own line.
+// --profile (or ATTNOPS_PROFILE=1) adds the timings of the call to it.
 #include <iostream>
 #include <memory>
 #include <optional>
@@ -15,6 +18,8 @@
 #include "attnops/attnops.h"
 #include "cli/commands.h"
 #include "cli/npy.h"
+#include "cli/output_set.h"
+#include "cli/run_backward.h"
 #include "cli/settings.h"
 
 namespace attnops::cli {
@@ -23,11 +28,12 @@ namespace {
 struct RunArgs {
   std::string op, q, k, v, out, config, backend, window, sinks, bias, seg_q, seg_kv, dtype, lse_out,
       weights_out;
-  bool causal = false, no_causal = false, explain = false;
+  bool causal = false, no_causal = false, explain = false, profile = false;
   double scale = 0, soft_cap = 0;
   long long chunk = 0;
   int threads = 0;
   CLI::Option *scale_opt = nullptr, *soft_cap_opt = nullptr, *chunk_opt = nullptr, *threads_opt = nullptr;
+  BackwardArgs backward;
 };
 
 Window parse_window(const std::string& text) {
@@ -38,6 +44,7 @@ Window parse_window(const std::string& text) {
 }
 
 int run(const RunArgs& a) {
+  check_backward_args(a.backward, !a.sinks.empty(), !a.bias.empty(), {a.out, a.lse_out, a.weights_out});
   Overrides o;
   if (!a.backend.empty()) o.backends = parse_backend_list(a.backend);
   if (a.scale_opt->count()) o.softmax_scale = a.scale;
@@ -47,6 +54,15 @@ int run(const RunArgs& a) {
   apply_overrides(config, o);
   const Attention attn = registry().get(a.op, config);
 
+  // Every output is reserved before any work (a bad path fails now) and appears only when all
+  // were written (output_set.h): a failure leaves no file behind.
+  OutputSet outs;
+  const int out_file = outs.add(a.out, "--out");
+  const int lse_file = a.lse_out.empty() ? -1 : outs.add(a.lse_out, "--lse-out");
+  const int weights_file = a.weights_out.empty() ? -1 : outs.add(a.weights_out, "--weights-out");
+  const std::vector<int> grad_files = reserve_gradient_outputs(a.backward, outs);
+
+  // Inputs are read straight into the tensors the kernels read (read_npy: no copies).
   const Tensor q = read_npy(a.q), k = read_npy(a.k), v = read_npy(a.v);
   AttentionOptions opts;
   opts.causal = !a.no_causal;
@@ -59,25 +75,32 @@ int run(const RunArgs& a) {
   if (!a.bias.empty()) opts.bias = (bias = read_npy(a.bias))->view();
   if (!a.seg_q.empty()) opts.segment_ids_q = (seg_q = read_npy(a.seg_q))->view();
   if (!a.seg_kv.empty()) opts.segment_ids_kv = (seg_kv = read_npy(a.seg_kv))->view();
-  opts.return_lse = !a.lse_out.empty();
-  opts.return_weights = !a.weights_out.empty();
+  opts.return_lse = lse_file >= 0 || a.backward.requested();  // the backward needs the lse
+  opts.return_weights = weights_file >= 0;
+  opts.profile = a.profile;
 
   const AttentionOutput r = attn(q, k, v, opts);
+  std::optional<GradientFiles> grads;  // computed before anything is written
+  if (a.backward.requested()) grads = run_backward(attn, q, k, v, r, opts, a.backward);
 
-  // The output keeps the input's float dtype unless --dtype says otherwise; .npy has no bf16.
-  DType out_dtype = q.dtype() == DType::f16 ? DType::f16 : DType::f32;
-  if (o.runtime_dtype) out_dtype = *o.runtime_dtype == DType::bf16 ? DType::f32 : *o.runtime_dtype;
-  write_npy(a.out, Tensor::copy_of(r.attention_outputs, out_dtype));
-  if (opts.return_lse) {
+  // The output keeps the runtime dtype (q's unless --dtype says otherwise); .npy has no bf16, so
+  // bf16 is written as f32. Written straight from the result.
+  write_npy(outs.fd(out_file), outs.name(out_file), r.attention_outputs);
+  if (lse_file >= 0) {
     if (!r.lse) throw Error(ErrorCode::internal, "the operator returned no lse although it was asked for");
-    write_npy(a.lse_out, *r.lse);
+    write_npy(outs.fd(lse_file), outs.name(lse_file), *r.lse);
   }
   if (opts.return_weights) {
     if (!r.attention_weights)
       throw Error(ErrorCode::internal, "the operator returned no weights although they were asked for");
-    write_npy(a.weights_out, *r.attention_weights);
+    write_npy(outs.fd(weights_file), outs.name(weights_file), *r.attention_weights);
   }
-  if (a.explain) std::cerr << r.decision.to_json() << std::endl;
+  if (grads) write_gradients(*grads, outs, grad_files);
+  outs.commit();
+  if (a.explain) {
+    std::cerr << r.decision.to_json() << std::endl;
+    if (grads) std::cerr << grads->decision.to_json() << std::endl;
+  }
   return 0;
 }
 
@@ -113,7 +136,12 @@ Command add_run_command(CLI::App& root) {
   app->add_option("--weights-out", a->weights_out, "Write the attention weights [B, Hq, Tq, Tk] f32 (.npy)");
   a->threads_opt =
       app->add_option("--threads", a->threads, "OpenMP threads (0 = default)")->check(CLI::NonNegativeNumber);
-  app->add_flag("--explain", a->explain, "Print the dispatch decision as JSON, last line on stderr");
+  app->add_flag("--explain", a->explain,
+                "Print the dispatch decision as JSON, last line on stderr (with where the inputs lived, the "
+                "bytes moved and, with --profile or ATTNOPS_PROFILE=1, the GPU timings; with --dout: the "
+                "forward's, then the backward's)");
+  app->add_flag("--profile", a->profile, "Time the call (GPU timestamps around upload, kernels, download)");
+  add_backward_options(app, a->backward);
   return {app, [a] { return run(*a); }};
 }
 

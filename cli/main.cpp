@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attnops/error.h"
+#include "attnops/gpu.h"
 #include "cli/commands.h"
 
 namespace {
@@ -23,7 +24,25 @@ std::string failure_message(const CLI::App* app, const CLI::Error& e) {
 
 }  // namespace
 
+namespace {
+int run_main(int argc, char** argv);
+}  // namespace
+
+// The GPU state is released before main returns, on every path: nothing Vulkan may run from exit().
 int main(int argc, char** argv) {
+  const int status = run_main(argc, argv);
+  try {
+    attnops::release_gpu();
+  } catch (const std::exception& e) {
+    std::cerr << "error: releasing the GPU: " << e.what() << "\n";
+    return status == 0 ? kExitError : status;
+  }
+  return status;
+}
+
+namespace {
+
+int run_main(int argc, char** argv) {
   // A closed pipe on stdout (attnops bench | head) must end the program with an error status,
   // not kill it with SIGPIPE; writes then fail and the streams report it.
   std::signal(SIGPIPE, SIG_IGN);
@@ -65,3 +84,5 @@ int main(int argc, char** argv) {
   }
   return kExitError;
 }
+
+}  // namespace

@@ -1,15 +1,20 @@
 #include "cli/npy.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <bit>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
+#include <vector>
 
 #include "attnops/error.h"
+#include "cli/output_set.h"
+#include "core/printable.h"
 
 namespace attnops::cli {
 
@@ -56,7 +61,7 @@ class HeaderParser {
         h.shape = parse_shape();
         have_shape = true;
       } else {
-        bad("unexpected key '" + key + "' (expected descr, fortran_order, shape)");
+        bad("unexpected key '" + printable(key, 40) + "' (expected descr, fortran_order, shape)");
       }
       skip_ws();
       if (peek() == ',') {
@@ -114,11 +119,13 @@ class HeaderParser {
   std::int64_t parse_int() {
     if (!std::isdigit(static_cast<unsigned char>(peek()))) bad("expected a non-negative integer");
     std::int64_t v = 0;
-    // Dimensions beyond 2^62 cannot describe a file anyway; stop before the int64 overflows.
+    // Dimensions beyond 2^62 cannot describe a file anyway; the limit is checked before the
+    // multiply, so v * 10 + digit never overflows.
     constexpr std::int64_t kLimit = std::int64_t{1} << 62;
     while (std::isdigit(static_cast<unsigned char>(peek()))) {
-      v = v * 10 + (s_[pos_] - '0');
-      if (v > kLimit) bad("dimension too large");
+      const int digit = s_[pos_] - '0';
+      if (v > (kLimit - digit) / 10) bad("dimension too large (more than 2^62)");
+      v = v * 10 + digit;
       ++pos_;
     }
     if (peek() == 'L') ++pos_;  // Python 2 long suffix, as old NumPy wrote it
@@ -165,8 +172,9 @@ DescrInfo describe(const std::string& descr, const std::string& name) {
   if (descr == "<i8") return {DType::i64, 8};
   if (descr == "|u1" || descr == "|b1") return {DType::i32, 1};
   if (!descr.empty() && descr[0] == '>')
-    fail(name, "big-endian data ('" + descr + "') is not supported; save it little-endian (astype('<...'))");
-  fail(name, "unsupported dtype '" + descr + "' (supported: <f4 <f2 <f8 <i4 <i8 |u1 |b1)");
+    fail(name, "big-endian data ('" + printable(descr, 40) +
+                   "') is not supported; save it little-endian (astype('<...'))");
+  fail(name, "unsupported dtype '" + printable(descr, 40) + "' (supported: <f4 <f2 <f8 <i4 <i8 |u1 |b1)");
 }
 
 std::uint32_t read_le(std::string_view b, std::size_t at, int n) {
@@ -176,27 +184,44 @@ std::uint32_t read_le(std::string_view b, std::size_t at, int n) {
   return v;
 }
 
-}  // namespace
+// The fixed part before the header text: magic, version, header length.
+struct Preamble {
+  int major = 1, minor = 0;
+  std::size_t size = 10;       // bytes of the preamble: 10 (1.0) or 12 (2.0, 3.0)
+  std::size_t header_len = 0;  // bytes of header text after it
+};
+constexpr std::size_t kMaxPreamble = 12;
+// NumPy writes headers of a few hundred bytes; anything beyond this is not a file we can read
+// (rank <= 4, simple dtypes), and refusing it bounds what a hostile header can make us read.
+constexpr std::size_t kMaxHeaderLen = 65535;
 
-NpyHeader parse_npy_header(std::string_view bytes, const std::string& name) {
+// Parses the preamble from the first bytes of a file (at least 10; 12 for versions 2 and 3).
+Preamble parse_preamble(std::string_view bytes, const std::string& name) {
   if (bytes.size() < 10 || bytes.substr(0, kMagic.size()) != kMagic)
     fail(name, "not a .npy file (missing the \\x93NUMPY magic)");
-  NpyHeader h;
-  h.major = static_cast<unsigned char>(bytes[6]);
-  h.minor = static_cast<unsigned char>(bytes[7]);
-  if (h.major < 1 || h.major > 3 || h.minor != 0)
-    fail(name, "unsupported format version " + std::to_string(h.major) + "." + std::to_string(h.minor) +
+  Preamble p;
+  p.major = static_cast<unsigned char>(bytes[6]);
+  p.minor = static_cast<unsigned char>(bytes[7]);
+  if (p.major < 1 || p.major > 3 || p.minor != 0)
+    fail(name, "unsupported format version " + std::to_string(p.major) + "." + std::to_string(p.minor) +
                    " (supported: 1.0, 2.0, 3.0)");
   // 1.0 has a 2-byte header length; 2.0 and 3.0 a 4-byte one (3.0 allows UTF-8 in the header).
-  const int len_bytes = h.major == 1 ? 2 : 4;
-  const std::size_t prefix = 8 + static_cast<std::size_t>(len_bytes);
-  if (bytes.size() < prefix) fail(name, "truncated in the header length");
-  const std::size_t header_len = read_le(bytes, 8, len_bytes);
-  if (header_len > bytes.size() - prefix)
-    fail(name, "header claims " + std::to_string(header_len) + " bytes but the file has only " +
-                   std::to_string(bytes.size() - prefix) + " after the preamble");
-  h.data_offset = prefix + header_len;
-  HeaderParser(bytes.substr(prefix, header_len), name).parse(h);
+  const int len_bytes = p.major == 1 ? 2 : 4;
+  p.size = 8 + static_cast<std::size_t>(len_bytes);
+  if (bytes.size() < p.size) fail(name, "truncated in the header length");
+  p.header_len = read_le(bytes, 8, len_bytes);
+  if (p.header_len > kMaxHeaderLen)
+    fail(name, "header length " + std::to_string(p.header_len) + " exceeds the " +
+                   std::to_string(kMaxHeaderLen) + "-byte limit");
+  return p;
+}
+
+NpyHeader parse_header_text(const Preamble& pre, std::string_view text, const std::string& name) {
+  NpyHeader h;
+  h.major = pre.major;
+  h.minor = pre.minor;
+  h.data_offset = pre.size + pre.header_len;
+  HeaderParser(text, name).parse(h);
   if (h.fortran_order) fail(name, "Fortran-order arrays are not supported; save with np.ascontiguousarray");
   if (h.shape.size() > static_cast<std::size_t>(kMaxRank))
     fail(name, "rank " + std::to_string(h.shape.size()) + " " + shape_string(h.shape) +
@@ -204,10 +229,8 @@ NpyHeader parse_npy_header(std::string_view bytes, const std::string& name) {
   return h;
 }
 
-Tensor parse_npy(std::string_view bytes, const std::string& name) {
-  const NpyHeader h = parse_npy_header(bytes, name);
-  const DescrInfo d = describe(h.descr, name);
-
+// The data bytes a header declares (element count x file bytes per element), checked.
+std::uint64_t declared_bytes(const NpyHeader& h, const DescrInfo& d, const std::string& name) {
   std::uint64_t numel = 1;
   for (std::int64_t dim : h.shape)
     if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(dim), &numel))
@@ -215,63 +238,173 @@ Tensor parse_npy(std::string_view bytes, const std::string& name) {
   std::uint64_t need = 0;
   if (__builtin_mul_overflow(numel, static_cast<std::uint64_t>(d.file_size), &need))
     fail(name, "shape " + shape_string(h.shape) + " of " + h.descr + " needs more bytes than fit in 64 bits");
-  const std::uint64_t have = bytes.size() - h.data_offset;
+  return need;
+}
+
+void check_data_size(const NpyHeader& h, std::uint64_t need, std::uint64_t have, const std::string& name) {
   if (have < need)
     fail(name, "truncated: shape " + shape_string(h.shape) + " of " + h.descr + " needs " +
                    std::to_string(need) + " bytes of data, the file has " + std::to_string(have));
   if (have > need)
     fail(name, "shape " + shape_string(h.shape) + " of " + h.descr + " needs " + std::to_string(need) +
                    " bytes of data, the file has " + std::to_string(have) + " (trailing bytes)");
+}
 
-  Tensor t(d.dtype, h.shape);
-  const char* src = bytes.data() + h.data_offset;
-  const std::size_t n = static_cast<std::size_t>(numel);
+// The tensor for a header (an Error naming the file when the shape cannot be allocated).
+Tensor tensor_for(const NpyHeader& h, const DescrInfo& d, const std::string& name) {
+  try {
+    return Tensor(d.dtype, h.shape);
+  } catch (const Error& e) {
+    fail(name, e.what());
+  }
+}
+
+// Converts n file elements at src (descr "<f8", "|u1", "|b1") into t's storage from element at.
+void widen(const NpyHeader& h, const char* src, std::size_t n, Tensor& t, std::size_t at) {
   if (h.descr == "<f8") {
-    float* dst = t.data_as<float>();
+    float* dst = t.data_as<float>() + at;
     for (std::size_t i = 0; i < n; ++i) {
       double x;
       std::memcpy(&x, src + i * 8, 8);
       dst[i] = static_cast<float>(x);
     }
-  } else if (d.file_size == 1) {
-    std::int32_t* dst = t.data_as<std::int32_t>();
+  } else {
+    std::int32_t* dst = t.data_as<std::int32_t>() + at;
     for (std::size_t i = 0; i < n; ++i) dst[i] = static_cast<unsigned char>(src[i]);
-  } else if (n > 0) {
-    std::memcpy(t.data(), src, static_cast<std::size_t>(need));
   }
+}
+
+// Reads up to n bytes (fewer only at end of file); errors name the file.
+std::size_t read_fully(int fd, char* dst, std::size_t n, const std::string& name) {
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(fd, dst + got, std::min<std::size_t>(n - got, std::size_t{1} << 30));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      fail(name, std::string("read error (") + std::strerror(errno) + ")");
+    }
+    if (r == 0) break;
+    got += static_cast<std::size_t>(r);
+  }
+  return got;
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+NpyHeader parse_npy_header(std::string_view bytes, const std::string& name) {
+  const Preamble pre = parse_preamble(bytes, name);
+  if (pre.header_len > bytes.size() - pre.size)
+    fail(name, "header claims " + std::to_string(pre.header_len) + " bytes but the file has only " +
+                   std::to_string(bytes.size() - pre.size) + " after the preamble");
+  return parse_header_text(pre, bytes.substr(pre.size, pre.header_len), name);
+}
+
+Tensor parse_npy(std::string_view bytes, const std::string& name) {
+  const NpyHeader h = parse_npy_header(bytes, name);
+  const DescrInfo d = describe(h.descr, name);
+  const std::uint64_t need = declared_bytes(h, d, name);
+  check_data_size(h, need, bytes.size() - h.data_offset, name);
+  Tensor t = tensor_for(h, d, name);
+  const char* src = bytes.data() + h.data_offset;
+  if (h.descr == "<f8" || d.file_size == 1)
+    widen(h, src, static_cast<std::size_t>(t.numel()), t, 0);
+  else if (need > 0)
+    std::memcpy(t.data(), src, static_cast<std::size_t>(need));
   return t;
 }
 
+// Reads the preamble and header first, checks the declared size against the file's size, and
+// only then reads the data: straight into the tensor's storage (one read of the data for the
+// dtypes stored as they are), or through a small buffer for the widened ones (<f8, |u1, |b1).
+// Nothing beyond what the header declares is read; a stream (pipe, device) that holds more is
+// refused after one extra byte.
 Tensor read_npy(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) fail(path, "is a directory");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, std::string("cannot open (") + std::strerror(errno) + ")");
-  std::ostringstream buf;
-  buf << in.rdbuf();
-  if (in.bad()) fail(path, "read error");
-  return parse_npy(buf.str(), path);
+  Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) fail(path, std::string("cannot open (") + std::strerror(errno) + ")");
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) fail(path, std::string("cannot stat (") + std::strerror(errno) + ")");
+  if (S_ISDIR(st.st_mode)) fail(path, "is a directory");
+  const bool regular = S_ISREG(st.st_mode);
+
+  char pre_bytes[kMaxPreamble];
+  std::size_t have = read_fully(fd.get(), pre_bytes, 10, path);
+  if (have == 10 && static_cast<unsigned char>(pre_bytes[6]) >= 2)  // 2.0 / 3.0: 4-byte header length
+    have += read_fully(fd.get(), pre_bytes + 10, 2, path);
+  const Preamble pre = parse_preamble(std::string_view(pre_bytes, have), path);
+  std::string text(pre.header_len, '\0');
+  if (read_fully(fd.get(), text.data(), text.size(), path) != text.size())
+    fail(path, "truncated in the header (" + std::to_string(pre.header_len) + " bytes declared)");
+  const NpyHeader h = parse_header_text(pre, text, path);
+  const DescrInfo d = describe(h.descr, path);
+  const std::uint64_t need = declared_bytes(h, d, path);
+  if (regular) {  // the size check, before any allocation
+    const auto size = static_cast<std::uint64_t>(st.st_size);
+    check_data_size(h, need, size - std::min<std::uint64_t>(size, h.data_offset), path);
+  }
+
+  Tensor t = tensor_for(h, d, path);
+  std::uint64_t got = 0;
+  if (h.descr == "<f8" || d.file_size == 1) {
+    std::vector<char> buf(std::size_t{1} << 20);
+    const std::size_t per = buf.size() / d.file_size;
+    for (std::size_t at = 0; got < need;) {
+      const std::size_t n = std::min<std::uint64_t>(per, (need - got) / d.file_size);
+      const std::size_t r = read_fully(fd.get(), buf.data(), n * d.file_size, path);
+      if (r != n * d.file_size) {
+        got += r;
+        break;
+      }
+      widen(h, buf.data(), n, t, at);
+      at += n;
+      got += r;
+    }
+  } else {
+    got = read_fully(fd.get(), static_cast<char*>(t.data()), static_cast<std::size_t>(need), path);
+  }
+  if (got < need) check_data_size(h, need, got, path);  // the file shrank, or a short stream
+  char extra;
+  if (!regular && read_fully(fd.get(), &extra, 1, path) == 1)
+    fail(path, "shape " + shape_string(h.shape) + " of " + h.descr + " needs " + std::to_string(need) +
+                   " bytes of data, the stream has more (trailing bytes)");
+  return t;
 }
 
-std::string serialize_npy(const TensorView& t) {
+namespace {
+
+// The dtype a tensor is stored as in a .npy file (.npy has no bfloat16: bf16 is written as f32).
+DType stored_dtype(DType t) {
+  return t == DType::bf16 ? DType::f32 : t;
+}
+
+// Preamble and header of a .npy image for `t` (version 1.0, 2.0 only if the header needs it).
+std::string npy_preamble_and_header(const TensorView& t) {
   std::string descr;
-  DType out = t.dtype();
-  switch (t.dtype()) {
-    case DType::f32:
-      descr = "<f4";
-      break;
+  switch (stored_dtype(t.dtype())) {
     case DType::f16:
       descr = "<f2";
       break;
-    case DType::bf16:
-      descr = "<f4";
-      out = DType::f32;
-      break;  // .npy has no bfloat16
     case DType::i32:
       descr = "<i4";
       break;
     case DType::i64:
       descr = "<i8";
+      break;
+    default:
+      descr = "<f4";
       break;
   }
   // Python tuple syntax: "()", "(n,)", "(a, b, c)".
@@ -288,27 +421,64 @@ std::string serialize_npy(const TensorView& t) {
   const std::size_t total = (prefix + header.size() + 1 + 63) / 64 * 64;
   header.append(total - prefix - header.size() - 1, ' ');
   header += '\n';
-
-  const Tensor data = Tensor::copy_of(t, out);  // contiguous, converted
   std::string img;
-  img.reserve(total + data.nbytes());
   img += kMagic;
   img += static_cast<char>(v2 ? 2 : 1);
   img += '\0';
   const std::uint32_t hl = static_cast<std::uint32_t>(header.size());
   for (std::size_t i = 0; i < prefix - 8; ++i) img += static_cast<char>((hl >> (8 * i)) & 0xffu);
-  img += header;
+  return img + header;
+}
+
+void write_fully(int fd, const char* data, std::size_t n, const std::string& name) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, std::min<std::size_t>(n, std::size_t{1} << 30));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      fail(name, std::string("write failed (") + std::strerror(errno) + ")");
+    }
+    data += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+}  // namespace
+
+std::string serialize_npy(const TensorView& t) {
+  const Tensor data = Tensor::copy_of(t, stored_dtype(t.dtype()));  // contiguous, converted
+  std::string img = npy_preamble_and_header(t);
   img.append(static_cast<const char*>(data.data()), data.nbytes());
   return img;
 }
 
+// The data goes out straight from the tensor's memory when it is contiguous in its stored
+// dtype (one write, no copy); bf16 is widened to f32 in blocks, other views copied first.
+void write_npy(int fd, const std::string& name, const TensorView& t) {
+  const std::string head = npy_preamble_and_header(t);
+  write_fully(fd, head.data(), head.size(), name);
+  const std::size_t n = static_cast<std::size_t>(t.numel());
+  if (n == 0) return;
+  if (!t.is_contiguous()) {
+    const Tensor c = Tensor::copy_of(t, stored_dtype(t.dtype()));
+    write_fully(fd, static_cast<const char*>(c.data()), c.nbytes(), name);
+  } else if (t.dtype() == DType::bf16) {
+    std::vector<float> block(std::size_t{1} << 16);
+    const auto* src = t.data_as<std::uint16_t>();
+    for (std::size_t i = 0; i < n; i += block.size()) {
+      const std::size_t m = std::min(block.size(), n - i);
+      for (std::size_t j = 0; j < m; ++j) block[j] = bf16_bits_to_float(src[i + j]);
+      write_fully(fd, reinterpret_cast<const char*>(block.data()), m * sizeof(float), name);
+    }
+  } else {
+    write_fully(fd, static_cast<const char*>(t.data()), n * dtype_size(t.dtype()), name);
+  }
+}
+
 void write_npy(const std::string& path, const TensorView& t) {
-  const std::string img = serialize_npy(t);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) fail(path, std::string("cannot open for writing (") + std::strerror(errno) + ")");
-  out.write(img.data(), static_cast<std::streamsize>(img.size()));
-  out.close();
-  if (!out) fail(path, "write failed");
+  OutputSet out;
+  const int f = out.add(path, "npy file");
+  write_npy(out.fd(f), path, t);
+  out.commit();
 }
 
 }  // namespace attnops::cli

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "backends/common/threads.h"
 #include "cli/sgemm_isa.h"
 
 namespace attnops::cli {
@@ -39,6 +40,8 @@ void sgemm_best(const float* a, const float* b, float* c, int n, int threads, st
 }
 
 SgemmResult measure_sgemm(int n, int repeats, int threads) {
+  // The attention rows' thread count (backends/common/threads.h), clamped the same way.
+  threads = worker_threads(threads);
   const auto elems = static_cast<std::size_t>(n) * static_cast<std::size_t>(n);
   std::vector<float> a(elems), b(elems), c(elems);
   std::mt19937 rng(1);

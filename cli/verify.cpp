@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "backends/native/reference.h"
+#include "backends/native/reference_backward.h"
 
 namespace attnops::cli {
 
@@ -25,6 +26,32 @@ double max_error_vs_oracle(const TensorView& q, const TensorView& k, const Tenso
     if (!std::isfinite(err)) return std::numeric_limits<double>::infinity();
     worst = std::max(worst, err);
   }
+  return worst;
+}
+
+double max_gradient_error_vs_oracle(const TensorView& q, const TensorView& k, const TensorView& v,
+                                    const TensorView& out, const TensorView& lse, const TensorView& dout,
+                                    const AttentionOptions& options, const OperationMetadata& metadata,
+                                    const AttentionGradients& grads) {
+  const BackwardProblem bp = make_backward_problem(q, k, v, out, lse, dout, options, metadata);
+  const native::ReferenceGradients ref = native::reference_backward_f64(bp);
+  double worst = 0;
+  const auto compare = [&](const Tensor* got, const std::vector<double>& want) {
+    if (want.empty()) return;
+    if (!got || static_cast<std::size_t>(got->numel()) != want.size()) {
+      worst = std::numeric_limits<double>::infinity();
+      return;
+    }
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const double err = std::abs(static_cast<double>(got->at(i)) - want[i]);
+      worst = std::isfinite(err) ? std::max(worst, err) : std::numeric_limits<double>::infinity();
+    }
+  };
+  compare(&grads.dq, ref.dq);
+  compare(&grads.dk, ref.dk);
+  compare(&grads.dv, ref.dv);
+  compare(grads.dsinks ? &*grads.dsinks : nullptr, ref.dsinks);
+  compare(grads.dbias ? &*grads.dbias : nullptr, ref.dbias);
   return worst;
 }
 

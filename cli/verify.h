@@ -20,4 +20,12 @@ double max_error_vs_oracle(const TensorView& q, const TensorView& k, const Tenso
                            const AttentionOptions& options, const OperationMetadata& metadata,
                            const Tensor& out);
 
+// Max |gradient - oracle| over dq, dk, dv (and dsinks, dbias when present) of a backward call
+// with these inputs, residuals and options (backends/native/reference_backward.h); +inf for a
+// NaN or infinity.
+double max_gradient_error_vs_oracle(const TensorView& q, const TensorView& k, const TensorView& v,
+                                    const TensorView& out, const TensorView& lse, const TensorView& dout,
+                                    const AttentionOptions& options, const OperationMetadata& metadata,
+                                    const AttentionGradients& grads);
+
 }  // namespace attnops::cli

@@ -51,6 +51,7 @@ set(ATTNOPS_PC_REQUIRES_PRIVATE "yaml-cpp")
 if(ATTNOPS_NEEDS_VULKAN)
   string(APPEND ATTNOPS_PC_REQUIRES_PRIVATE " vulkan")
 endif()
-set(ATTNOPS_PC_LIBS_PRIVATE "${OpenMP_CXX_FLAGS}")
+# A sanitized build (cmake/sanitizers.cmake) needs its sanitizer runtime in the consumer too.
+string(JOIN " " ATTNOPS_PC_LIBS_PRIVATE ${OpenMP_CXX_FLAGS} ${ATTNOPS_SANITIZE_LINK})
 configure_file(${CMAKE_CURRENT_LIST_DIR}/attnops.pc.in ${CMAKE_CURRENT_BINARY_DIR}/attnops.pc @ONLY)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/attnops.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -29,6 +29,8 @@
 #include <utility>
 
 #include "attnops/error.h"
+#include "config/yaml_documents.h"
+#include "core/printable.h"
 #include "core/suggest.h"
 
 namespace attnops {
@@ -42,13 +44,14 @@ using KeyList = std::span<const std::string_view>;
 constexpr std::string_view kTopKeys[] = {
     "attn_mechanism", "backend",     "disabled_backends", "runtime_dtype", "softmax_scale",
     "blocksize_q",    "blocksize_k", "num_threads",       "gpu",           "operators"};
-constexpr std::string_view kGpuKeys[] = {"device", "allow_software", "pipeline_cache"};
+constexpr std::string_view kGpuKeys[] = {"device", "allow_software", "pipeline_cache", "cost_rates"};
+constexpr std::string_view kRateKeys[] = {"cpu_gflops", "gpu_gflops", "upload_gbps", "download_gbps", "call_us"};
 constexpr std::string_view kOperatorKeys[] = {"backend", "disabled_backends", "blocksize_q", "blocksize_k",
                                               "fallbacks"};
 constexpr std::string_view kFallbackKeys[] = {"decode", "non_causal", "seq_multiple"};
 
 // The maps of the schema; each has its own set of known keys.
-enum class Section { top, gpu, operators, op, fallbacks };
+enum class Section { top, gpu, rates, operators, op, fallbacks };
 
 KeyList known_keys(Section s) {
   switch (s) {
@@ -56,6 +59,8 @@ KeyList known_keys(Section s) {
       return kTopKeys;
     case Section::gpu:
       return kGpuKeys;
+    case Section::rates:
+      return kRateKeys;
     case Section::op:
       return kOperatorKeys;
     case Section::fallbacks:
@@ -86,25 +91,6 @@ std::string backend_names(bool with_auto) {
   return out;
 }
 
-// Text from the file as it appears in a message: shortened, control characters escaped, so
-// that a garbled file cannot produce a garbled (or enormous) error message.
-std::string printable(std::string_view s, std::size_t max_chars) {
-  std::string out;
-  for (std::size_t i = 0; i < s.size() && i < max_chars; ++i) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x20 || c == 0x7f) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 15];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  if (s.size() > max_chars) out += "...";
-  return out;
-}
-
 std::string quote(std::string_view s) {
   return "'" + printable(s, 40) + "'";
 }
@@ -130,8 +116,10 @@ std::string describe(const YAML::Node& n) {
   return (is_quoted(n) ? "the string " : "") + quote(n.Scalar());
 }
 
+// The path appears in messages only; an operator name in it comes from the file, so it is
+// escaped like any quoted text (fuzz/fuzz_config found a control byte echoed raw here).
 std::string child_path(const std::string& parent, std::string_view key) {
-  return parent.empty() ? std::string(key) : parent + "." + std::string(key);
+  return parent.empty() ? printable(key, 40) : parent + "." + printable(key, 40);
 }
 
 // Walks one parsed document and fills a Config. Every error goes through fail().
@@ -396,6 +384,18 @@ class Walker {
         c.gpu_allow_software = boolean(e);
       } else if (key == "pipeline_cache") {
         c.gpu_pipeline_cache = string(e, "a file path");
+      } else if (key == "cost_rates") {
+        require_map(e, "a map with keys " + join(kRateKeys));
+        CostRates r;
+        double* fields[] = {&r.cpu_gflops, &r.gpu_gflops, &r.upload_gbps, &r.download_gbps, &r.call_us};
+        for_each(e.value, e.path, Section::rates, [&](std::string_view k, const Entry& x) {
+          for (std::size_t i = 0; i < std::size(kRateKeys); ++i)
+            if (k == kRateKeys[i]) *fields[i] = positive_number(x);
+        });
+        if (!r.valid())
+          fail_at(e.value_mark(), e.path, "expected cpu_gflops, gpu_gflops, upload_gbps and download_gbps (call_us "
+                                          "optional), all > 0");
+        c.gpu_cost_rates = r;
       }
     });
   }
@@ -496,7 +496,7 @@ Config parse_config(std::string_view yaml_text, const std::string& source) {
   Walker w(c.source);
   std::vector<YAML::Node> docs;
   try {
-    docs = YAML::LoadAll(std::string(yaml_text));
+    docs = load_yaml_documents(std::string(yaml_text));
   } catch (const YAML::Exception& e) {
     // e.msg is yaml-cpp's text without its own "error at line ..." prefix (ours replaces it);
     // it can quote a raw byte of the input ("unknown escape character: \x01").
@@ -519,20 +519,32 @@ Config parse_config(std::string_view yaml_text, const std::string& source) {
   return c;
 }
 
-Config load_config(const std::string& path) {
+std::string read_yaml_file(const std::string& path, const std::string& what) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
-    throw Error(ErrorCode::io_error, "cannot read config file '" + path + "': it is a directory");
+    throw Error(ErrorCode::io_error, "cannot read " + what + " '" + path + "': it is a directory");
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     throw Error(ErrorCode::io_error,
-                "cannot open config file '" + path + "': " + std::generic_category().message(errno));
+                "cannot open " + what + " '" + path + "': " + std::generic_category().message(errno));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error(ErrorCode::io_error, "cannot read config file '" + path + "'");
-  return parse_config(text.str(), path);
+  // At most kMaxConfigBytes + 1 bytes are read: /dev/zero or a runaway file is refused after a
+  // bounded read, and yaml-cpp (which needs ~140 bytes of memory per byte of a file of many
+  // keys) never sees more than the cap.
+  std::string text(static_cast<std::size_t>(kMaxConfigBytes) + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  if (in.bad()) throw Error(ErrorCode::io_error, "cannot read " + what + " '" + path + "'");
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  if (text.size() > static_cast<std::size_t>(kMaxConfigBytes))
+    throw Error(ErrorCode::config_error, path + ": a " + what + " holds at most " +
+                                             std::to_string(kMaxConfigBytes) +
+                                             " bytes (256 KiB); this one is larger");
+  return text;
+}
+
+Config load_config(const std::string& path) {
+  return parse_config(read_yaml_file(path, "config file"), path);
 }
 
 OperationMetadata Config::metadata_for(const std::string& canonical, const std::vector<std::string>& aliases,
@@ -564,6 +576,7 @@ OperationMetadata Config::metadata_for(const std::string& canonical, const std::
   if (gpu_device) md.gpu.device = *gpu_device;
   if (gpu_allow_software) md.gpu.allow_software = *gpu_allow_software;
   if (gpu_pipeline_cache) md.gpu.pipeline_cache = *gpu_pipeline_cache;
+  if (gpu_cost_rates) md.gpu.cost_rates = *gpu_cost_rates;
 
   // ...then the operator's own section, under its canonical name or one alias (not two: which
   // one should win would be a guess).

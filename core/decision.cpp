@@ -1,5 +1,6 @@
 #include "attnops/decision.h"
 
+#include <cmath>
 #include <sstream>
 
 namespace attnops {
@@ -20,6 +21,10 @@ std::optional<Backend> parse_backend(std::string_view s) {
   return std::nullopt;
 }
 
+std::string_view pass_name(Pass p) {
+  return p == Pass::backward ? "backward" : "forward";
+}
+
 std::string_view reason_code_name(ReasonCode c) {
   switch (c) {
     case ReasonCode::decode: return "decode";
@@ -31,6 +36,7 @@ std::string_view reason_code_name(ReasonCode c) {
     case ReasonCode::unsupported_dtype: return "unsupported_dtype";
     case ReasonCode::disabled_by_config: return "disabled_by_config";
     case ReasonCode::gpu_error: return "gpu_error";
+    case ReasonCode::cpu_faster: return "cpu_faster";
     case ReasonCode::forced_native: return "forced_native";
   }
   return "?";
@@ -71,6 +77,14 @@ void json_string(std::ostringstream& os, std::string_view s) {
   }
   os << '"';
 }
+// A finite number as JSON (non-finite values become null).
+std::string num(double v) {
+  if (!std::isfinite(v)) return "null";
+  std::ostringstream os;
+  os.precision(6);
+  os << v;
+  return os.str();
+}
 }  // namespace
 
 std::string DispatchDecision::to_json() const {
@@ -96,13 +110,42 @@ std::string DispatchDecision::to_json() const {
     os << ", \"kernel_detail\": ";
     json_string(os, run.kernel_detail);
   }
+  if (!run.inputs.empty()) {
+    os << ", \"inputs\": ";
+    json_string(os, run.inputs);
+    os << ", \"output\": ";
+    json_string(os, run.output);
+    os << ", \"bytes_to_device\": " << run.bytes_to_device << ", \"bytes_to_host\": " << run.bytes_to_host;
+  }
+  if (run.timings) {
+    const RunTimings& t = *run.timings;
+    os << ", \"timings\": {\"device_timestamps\": " << (t.device_timestamps ? "true" : "false")
+       << ", \"host_pack_ms\": " << num(t.host_pack_ms) << ", \"upload_ms\": " << num(t.upload_ms)
+       << ", \"kernel_ms\": " << num(t.kernel_ms) << ", \"passes\": [";
+    for (std::size_t i = 0; i < t.passes.size(); ++i) {
+      os << (i ? ", " : "") << "{\"name\": ";
+      json_string(os, t.passes[i].name);
+      os << ", \"ms\": " << num(t.passes[i].ms) << '}';
+    }
+    os << "], \"download_ms\": " << num(t.download_ms) << ", \"host_unpack_ms\": " << num(t.host_unpack_ms)
+       << ", \"wall_ms\": " << num(t.wall_ms) << '}';
+  }
+  if (cost) {
+    os << ", \"cost\": {\"gpu_us\": " << num(cost->gpu_us) << ", \"cpu_us\": " << num(cost->cpu_us)
+       << ", \"call_us\": " << num(cost->call_us) << ", \"upload_us\": " << num(cost->upload_us)
+       << ", \"kernel_us\": " << num(cost->kernel_us) << ", \"download_us\": " << num(cost->download_us)
+       << ", \"rates\": ";
+    json_string(os, cost->rates_source);
+    os << '}';
+  }
+  if (pass == Pass::backward) os << ", \"pass\": \"backward\"";
   os << '}';
   return os.str();
 }
 
 std::string DispatchDecision::to_log_line() const {
   std::ostringstream os;
-  os << "attnops,dispatch," << requested;
+  os << (pass == Pass::backward ? "attnops,dispatch_backward," : "attnops,dispatch,") << requested;
   if (op != requested) os << "->" << op;
   os << ',' << backend_name(backend);
   if (!run.kernel.empty()) os << '/' << run.kernel;

@@ -14,6 +14,8 @@ std::string_view error_code_name(ErrorCode c) {
     case ErrorCode::not_implemented: return "not_implemented";
     case ErrorCode::unsupported_feature: return "unsupported_feature";
     case ErrorCode::gpu_error: return "gpu_error";
+    case ErrorCode::out_of_memory:
+      return "out_of_memory";
     case ErrorCode::internal: return "internal";
   }
   return "?";

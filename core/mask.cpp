@@ -64,8 +64,32 @@ Mask Mask::chunked_causal(std::int64_t chunk) {
   return Mask(n);
 }
 
+namespace {
+// Two head-dependent masks combined (a & b, a | b, or per_head of per_head masks) must be built
+// for the same number of q heads: otherwise some heads would silently reuse another head's mask.
+void require_same_heads(const char* op, std::int64_t a, std::int64_t b) {
+  if (a != 0 && b != 0 && a != b)
+    throw Error(ErrorCode::shape_mismatch,
+                std::string(op) + ": per_head masks built for " + std::to_string(a) + " and " +
+                    std::to_string(b) +
+                    " q heads cannot be combined; give every per_head mask one mask "
+                    "per q head (Hq)");
+}
+
+// The mask of q head h in a per_head node (make_problem checks that there is one per q head).
+const Mask& head_mask(const std::vector<Mask>& heads, std::int64_t h) {
+  if (h < 0 || static_cast<std::size_t>(h) >= heads.size())
+    throw Error(ErrorCode::internal, "Mask: q head " + std::to_string(h) + " of a per_head mask built for " +
+                                         std::to_string(heads.size()) + " heads");
+  return heads[static_cast<std::size_t>(h)];
+}
+}  // namespace
+
 Mask Mask::per_head(std::vector<Mask> heads) {
   if (heads.empty()) throw Error(ErrorCode::invalid_argument, "Mask::per_head: needs one mask per q head, got none");
+  for (const Mask& m : heads)
+    require_same_heads("Mask::per_head (a head's own mask is per_head)",
+                       static_cast<std::int64_t>(heads.size()), m.num_heads());
   bool same = std::all_of(heads.begin(), heads.end(), [&](const Mask& m) { return m.key() == heads[0].key(); });
   if (same) return heads[0];
   auto n = std::make_shared<Node>();
@@ -98,6 +122,7 @@ Mask Mask::combine(Kind kind, const Mask& a, const Mask& b) {
     if (i) key.push_back(sep);
     key.append(n->children[i].key());
     n->head_dependent = n->head_dependent || n->children[i].head_dependent();
+    require_same_heads(kind == Kind::all_of ? "Mask &" : "Mask |", n->num_heads, n->children[i].num_heads());
     n->num_heads = std::max(n->num_heads, n->children[i].num_heads());
   }
   key.push_back(')');
@@ -135,7 +160,7 @@ bool Mask::visible(std::int64_t h, std::int64_t i, std::int64_t j, std::int64_t 
     case Kind::chunked_causal: return j <= p && floor_div(j, node_->chunk) == floor_div(p, node_->chunk);
     case Kind::per_head: {
       const auto& c = node_->children;
-      return c[static_cast<std::size_t>(h) % c.size()].visible(h, i, j, Tq, Tk);
+      return head_mask(c, h).visible(h, i, j, Tq, Tk);
     }
     case Kind::all_of:
       for (const auto& c : node_->children)
@@ -166,7 +191,7 @@ std::optional<Interval> Mask::row_interval(std::int64_t h, std::int64_t i, std::
       return clip(floor_div(p, node_->chunk) * node_->chunk, p + 1);
     case Kind::per_head: {
       const auto& c = node_->children;
-      return c[static_cast<std::size_t>(h) % c.size()].row_interval(h, i, Tq, Tk);
+      return head_mask(c, h).row_interval(h, i, Tq, Tk);
     }
     case Kind::all_of: {
       Interval r{0, Tk};

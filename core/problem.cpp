@@ -1,10 +1,16 @@
 // make_problem: validation of one call's inputs and their normalisation for the kernels.
 #include "attnops/problem.h"
 
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <thread>
 
 #include "attnops/error.h"
+#include "core/checked_size.h"
 
 namespace attnops {
 
@@ -18,7 +24,7 @@ constexpr std::int64_t kMaxExtent = std::int64_t{1} << 40;
 std::string dims_string(const TensorView& t) { return shape_string(t.shape()); }
 
 void require_rank(const TensorView& t, const char* name, int rank, const char* layout) {
-  if (t.data() == nullptr && t.numel() != 0)
+  if (t.data() == nullptr && !t.on_device() && t.numel() != 0)
     fail(ErrorCode::invalid_argument, std::string(name) + ": null data pointer");
   if (t.rank() != rank)
     fail(ErrorCode::shape_mismatch, std::string(name) + ": expected rank " + std::to_string(rank) + " " + layout +
@@ -31,18 +37,70 @@ void require_float(const TensorView& t, const char* name) {
                                            std::string(dtype_name(t.dtype())));
 }
 
-// A view with stride(last) == 1, copying (into p.owned) when the view is not, or converting
-// to `dtype` when it differs.
-TensorView normalised(AttentionProblem& p, const TensorView& t, DType dtype) {
-  if (t.dtype() == dtype && (t.rank() == 0 || t.stride(t.rank() - 1) == 1 || t.dim(t.rank() - 1) <= 1)) return t;
-  p.owned.push_back(Tensor::copy_of(t, dtype));
-  return p.owned.back().view();
+// A contiguous copy of `t` in `dtype` into p.owned; a failure names the argument. A device
+// tensor is never copied on the host: it must come in the runtime dtype, contiguous in its last
+// dimension.
+const Tensor& owned_copy(AttentionProblem& p, const TensorView& t, DType dtype, const char* name) {
+  if (t.on_device())
+    fail(ErrorCode::unsupported_dtype, std::string(name) + ": a device tensor " + dims_string(t) + " in " +
+                                           std::string(dtype_name(t.dtype())) + " would need a conversion to " +
+                                           std::string(dtype_name(dtype)) +
+                                           " or a copy (innermost stride != 1) on the host: make it in the runtime "
+                                           "dtype, contiguous in its last dimension");
+  try {
+    p.owned.push_back(Tensor::copy_of(t, dtype));
+  } catch (const Error& e) {
+    throw Error(e.code(), std::string(name) + ": " + e.what());
+  }
+  return p.owned.back();
 }
 
-const void* contiguous(AttentionProblem& p, const TensorView& t, DType dtype) {
+// A view with stride(last) == 1, copying (into p.owned) when the view is not, or converting
+// to `dtype` when it differs.
+TensorView normalised(AttentionProblem& p, const TensorView& t, DType dtype, const char* name) {
+  if (t.dtype() == dtype && (t.rank() == 0 || t.stride(t.rank() - 1) == 1 || t.dim(t.rank() - 1) <= 1)) return t;
+  return owned_copy(p, t, dtype, name).view();
+}
+
+const void* contiguous(AttentionProblem& p, const TensorView& t, DType dtype, const char* name) {
   if (t.dtype() == dtype && t.is_contiguous()) return t.data();
-  p.owned.push_back(Tensor::copy_of(t, dtype));
-  return p.owned.back().data();
+  return owned_copy(p, t, dtype, name).data();
+}
+
+// An output of `dims` elements of `dtype` must be allocatable (kMaxTensorBytes), e.g.
+// "out: [B, Tq, Hq, Dv] = [1, 1, 1, 4611686018427387904] of f32 needs more than 2^47 bytes".
+void require_output_size(const char* name, const char* layout, std::vector<std::int64_t> dims, DType dtype,
+                         const std::string& from) {
+  const auto n = checked_numel(dims.data(), dims.size());
+  const auto bytes = n ? checked_mul(*n, static_cast<std::int64_t>(dtype_size(dtype))) : std::nullopt;
+  if (!bytes || *bytes > kMaxTensorBytes)
+    fail(ErrorCode::invalid_argument, std::string(name) + ": " + layout + " = " + shape_string(dims) +
+                                          " of " + std::string(dtype_name(dtype)) +
+                                          " needs more than the maximum tensor size of 2^47 bytes (" + from +
+                                          ")");
+}
+
+// Largest |x| over the finite elements of a float view (non-finite ones follow the non-finite
+// policy, not the range check).
+double max_abs_finite(const TensorView& t) {
+  double m = 0;
+  const std::int64_t n0 = t.dim(0), n1 = t.dim(1), n2 = t.dim(2), n3 = t.dim(3);
+  for (std::int64_t a = 0; a < n0; ++a)
+    for (std::int64_t b = 0; b < n1; ++b)
+      for (std::int64_t c = 0; c < n2; ++c) {
+        const std::int64_t base = a * t.stride(0) + b * t.stride(1) + c * t.stride(2);
+        for (std::int64_t d = 0; d < n3; ++d) {
+          const double x = std::fabs(load_as_float(t.data(), t.dtype(), static_cast<std::size_t>(base + d)));
+          if (x > m && std::isfinite(x)) m = x;
+        }
+      }
+  return m;
+}
+
+std::string short_number(double x) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", x);
+  return buf;
 }
 
 std::string expect4(const char* a, std::int64_t av, const char* b, std::int64_t bv, const char* c, std::int64_t cv,
@@ -88,6 +146,16 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
                                         " (q " + dims_string(q) + ") and Hkv=" + std::to_string(p.Hkv) + " (k " +
                                         dims_string(k) + ")");
 
+  // Outputs must be allocatable before anything is copied or computed (a view may claim any
+  // dimension: with zero strides a huge [.., Dv] costs nothing until the output is allocated).
+  const std::string dims_from =
+      "from q " + dims_string(q) + ", k " + dims_string(k) + " and v " + dims_string(v);
+  require_output_size("out", "[B, Tq, Hq, Dv]", {p.B, p.Tq, p.Hq, p.Dv}, md.runtime_dtype.value_or(q.dtype()),
+                      dims_from);
+  if (o.return_lse) require_output_size("lse", "[B, Hq, Tq]", {p.B, p.Hq, p.Tq}, DType::f32, dims_from);
+  if (o.return_weights)
+    require_output_size("weights", "[B, Hq, Tq, Tk]", {p.B, p.Hq, p.Tq, p.Tk}, DType::f32, dims_from);
+
   // Storage dtype: the runtime dtype, or q's; k and v must agree unless a runtime dtype is set.
   if (md.runtime_dtype) {
     if (!is_float(*md.runtime_dtype))
@@ -106,16 +174,32 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
     fail(ErrorCode::unsupported_dtype, "runtime_softmax_dtype: only f32 is supported, got " +
                                            std::string(dtype_name(md.runtime_softmax_dtype)));
   p.owned.reserve(8);  // pointers into owned tensors stay valid: storage is heap, never moved
-  p.q = normalised(p, q, p.dtype);
-  p.k = normalised(p, k, p.dtype);
-  p.v = normalised(p, v, p.dtype);
+  p.q = normalised(p, q, p.dtype, "q");
+  p.k = normalised(p, k, p.dtype, "k");
+  p.v = normalised(p, v, p.dtype, "v");
 
-  // Scale.
+  // Scale. The kernels compute scale * (q . k) in fp32: a scale that carries finite inputs past
+  // FLT_MAX would turn every logit into +-inf (all-NaN or all-zero rows where the fp64 answer is
+  // finite), so such a scale is refused. |q . k| <= D * max|q| * max|k| bounds the logits.
   if (md.softmax_scale) {
     if (!std::isfinite(*md.softmax_scale))
       fail(ErrorCode::invalid_argument, "softmax_scale: expected a finite number, got " +
                                             std::to_string(*md.softmax_scale));
     p.scale = *md.softmax_scale;
+    // (Device tensors are not read on the host: their range is the caller's to keep.)
+    if (std::fabs(p.scale) > 1.0 && !p.q.on_device() && !p.k.on_device()) {
+      const double mq = max_abs_finite(p.q), mk = max_abs_finite(p.k);
+      const double bound = std::fabs(p.scale) * static_cast<double>(p.D) * mq * mk;
+      if (bound > std::numeric_limits<float>::max())
+        fail(ErrorCode::invalid_argument, "softmax_scale: " + short_number(p.scale) +
+                                              " can carry the logits out of the f32 range the kernels "
+                                              "compute in: |scale| * D * max|q| * max|k| = " +
+                                              short_number(p.scale) + " * " + std::to_string(p.D) + " * " +
+                                              short_number(mq) + " * " + short_number(mk) + " = " +
+                                              short_number(bound) + " > " +
+                                              short_number(std::numeric_limits<float>::max()) +
+                                              "; use a smaller scale or rescale q and k");
+    }
   } else {
     p.scale = 1.0 / std::sqrt(static_cast<double>(p.D));
   }
@@ -161,8 +245,9 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
         fail(ErrorCode::unsupported_dtype, std::string(name) + ": expected dtype i32 or i64, got " +
                                                std::string(dtype_name(t->dtype())));
     }
-    p.seg_q = static_cast<const std::int32_t*>(contiguous(p, *o.segment_ids_q, DType::i32));
-    p.seg_kv = static_cast<const std::int32_t*>(contiguous(p, *o.segment_ids_kv, DType::i32));
+    p.seg_q = static_cast<const std::int32_t*>(contiguous(p, *o.segment_ids_q, DType::i32, "segment_ids_q"));
+    p.seg_kv =
+        static_cast<const std::int32_t*>(contiguous(p, *o.segment_ids_kv, DType::i32, "segment_ids_kv"));
   }
 
   // Bias [B|1, Hq|1, Tq, Tk].
@@ -176,16 +261,22 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
       fail(ErrorCode::shape_mismatch, "bias: expected shape [B=" + std::to_string(p.B) + " or 1, Hq=" +
                                           std::to_string(p.Hq) + " or 1, Tq=" + std::to_string(p.Tq) + ", Tk=" +
                                           std::to_string(p.Tk) + "], got " + dims_string(b));
-    p.bias = static_cast<const float*>(contiguous(p, b, DType::f32));
+    p.bias = static_cast<const float*>(contiguous(p, b, DType::f32, "bias"));
     p.bias_stride_h = b.dim(1) == 1 ? 0 : p.Tq * p.Tk;
     p.bias_stride_b = b.dim(0) == 1 ? 0 : b.dim(1) * p.Tq * p.Tk;
   }
 
-  // Soft cap.
+  // Soft cap: the kernels evaluate cap * tanh(s / cap) in fp32, so cap must be a normal f32
+  // (a cap beyond FLT_MAX rounds to inf and gives inf * 0 = NaN; below FLT_MIN, 1 / cap
+  // overflows).
   if (o.logits_soft_cap) {
-    if (!std::isfinite(*o.logits_soft_cap) || *o.logits_soft_cap <= 0)
-      fail(ErrorCode::invalid_argument, "logits_soft_cap: expected a finite number > 0, got " +
-                                            std::to_string(*o.logits_soft_cap));
+    const double cap = *o.logits_soft_cap;
+    if (!std::isfinite(cap) || cap < std::numeric_limits<float>::min() ||
+        cap > std::numeric_limits<float>::max())
+      fail(ErrorCode::invalid_argument, "logits_soft_cap: expected a number in the normal f32 range [" +
+                                            short_number(std::numeric_limits<float>::min()) + ", " +
+                                            short_number(std::numeric_limits<float>::max()) + "], got " +
+                                            short_number(cap));
     p.soft_cap = o.logits_soft_cap;
   }
 
@@ -197,11 +288,15 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
     if (s.rank() != 1 || s.dim(0) != p.Hq)
       fail(ErrorCode::shape_mismatch, "softmax_aux: expected shape [Hq=" + std::to_string(p.Hq) +
                                           "] (one sink logit per q head), got " + dims_string(s));
-    p.sinks = static_cast<const float*>(contiguous(p, s, DType::f32));
+    p.sinks = static_cast<const float*>(contiguous(p, s, DType::f32, "softmax_aux"));
   }
 
   p.want_lse = o.return_lse;
   p.want_weights = o.return_weights;
+  if (const char* prof = std::getenv("ATTNOPS_PROFILE"))
+    p.profile = o.profile || (*prof != '\0' && std::string_view(prof) != "0" && std::string_view(prof) != "false");
+  else
+    p.profile = o.profile;
 
   // Block sizes and threads.
   for (auto [bs, name] : {std::pair{md.blocksize_q, "blocksize_q"}, std::pair{md.blocksize_k, "blocksize_k"}})
@@ -212,13 +307,20 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
   if (md.num_threads < 0)
     fail(ErrorCode::invalid_argument, "num_threads: expected >= 0 (0 = OpenMP default), got " +
                                           std::to_string(md.num_threads));
-  p.num_threads = md.num_threads;
+  // More threads than the hardware has only costs (and an absurd count overflows OpenMP's
+  // thread stacks): clamp, here, for every backend and every source of the setting.
+  p.num_threads = std::min(md.num_threads, max_worker_threads());
   return p;
+}
+
+int max_worker_threads() {
+  static const int n = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return n;
 }
 
 AttentionBuffers allocate_buffers(const AttentionProblem& p) {
   AttentionBuffers b;
-  b.out = Tensor(p.dtype, {p.B, p.Tq, p.Hq, p.Dv});
+  if (!p.q.on_device()) b.out = Tensor(p.dtype, {p.B, p.Tq, p.Hq, p.Dv});
   if (p.want_lse) b.lse = Tensor(DType::f32, {p.B, p.Hq, p.Tq});
   if (p.want_weights) b.weights = Tensor(DType::f32, {p.B, p.Hq, p.Tq, p.Tk});
   return b;

@@ -143,7 +143,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int run_example(int argc, char** argv) {
   try {
     const std::string config_path = argc > 1 ? argv[1] : ATTNOPS_DEFAULT_CONFIG;
     const attnops::Config config = attnops::load_config(config_path);
@@ -202,4 +202,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
+}
+
+// The GPU state is released before main returns (never from a static destructor: gpu.h).
+int main(int argc, char** argv) {
+  const int status = run_example(argc, argv);
+  attnops::release_gpu();
+  return status;
 }

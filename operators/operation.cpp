@@ -29,4 +29,40 @@ AttentionOutput OperationImpl::forward(Backend backend, const AttentionProblem& 
   throw Error(ErrorCode::internal, "unknown backend");
 }
 
+std::optional<Reason> OperationImpl::check_backward_inputs(Backend, const BackwardProblem&) const {
+  return std::nullopt;
+}
+
+AttentionGradients OperationImpl::backward_native(const BackwardProblem&) {
+  throw Error(ErrorCode::not_implemented, name() + ": backward_native is not implemented");
+}
+
+AttentionGradients OperationImpl::backward_cpu(const BackwardProblem&) {
+  throw Error(ErrorCode::not_implemented, name() + ": backward_cpu is not implemented");
+}
+
+AttentionGradients OperationImpl::backward_gpu(const BackwardProblem&) {
+  throw Error(ErrorCode::not_implemented, name() + ": backward_gpu is not implemented");
+}
+
+AttentionGradients OperationImpl::backward_tpu(const BackwardProblem&) {
+  throw Error(
+      ErrorCode::backend_unavailable,
+      name() + ": backward_tpu: no TPU runtime exists in this build (attnops has no PJRT/libtpu backend)");
+}
+
+AttentionGradients OperationImpl::backward(Backend backend, const BackwardProblem& p) {
+  switch (backend) {
+    case Backend::native:
+      return backward_native(p);
+    case Backend::cpu:
+      return backward_cpu(p);
+    case Backend::gpu:
+      return backward_gpu(p);
+    case Backend::tpu:
+      return backward_tpu(p);
+  }
+  throw Error(ErrorCode::internal, "unknown backend");
+}
+
 }  // namespace attnops

@@ -3,6 +3,7 @@
 #include "backends/common/block_map.h"
 #include "backends/cpu/tiled_cpu.h"
 #include "backends/native/tiled_native.h"
+#include "operators/backward_glue.h"
 #include "operators/forward_glue.h"
 
 namespace attnops {
@@ -34,6 +35,22 @@ AttentionOutput TiledOperator::forward_gpu(const AttentionProblem& p) {
   return run_forward(p, [this](const AttentionProblem& q, AttentionBuffers& b) {
     vulkan::run(gpu_kernel(), q, block_map_for(q).get(), metadata().gpu, b);
   });
+}
+
+AttentionGradients TiledOperator::backward_native(const BackwardProblem& p) {
+  return native_backward(p);
+}
+
+AttentionGradients TiledOperator::backward_cpu(const BackwardProblem& p) {
+  return cpu_backward(p);
+}
+
+AttentionGradients TiledOperator::backward_gpu(const BackwardProblem& p) {
+  return gpu_backward(p, metadata().gpu);
+}
+
+std::optional<Reason> TiledOperator::check_backward_inputs(Backend b, const BackwardProblem& p) const {
+  return check_shared_backward(b, p, metadata().gpu);
 }
 
 }  // namespace attnops

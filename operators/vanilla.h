@@ -20,6 +20,13 @@ class VanillaAttn : public OperationImpl {
   AttentionOutput forward_native(const AttentionProblem& p) override;
   AttentionOutput forward_cpu(const AttentionProblem& p) override;
   AttentionOutput forward_gpu(const AttentionProblem& p) override;
+
+  // Backward: native (the fp64 oracle), cpu and gpu (tiled FlashAttention-2), see backward_glue.h.
+  bool implements_backward(Backend b) const override { return b != Backend::tpu; }
+  std::optional<Reason> check_backward_inputs(Backend b, const BackwardProblem& p) const override;
+  AttentionGradients backward_native(const BackwardProblem& p) override;
+  AttentionGradients backward_cpu(const BackwardProblem& p) override;
+  AttentionGradients backward_gpu(const BackwardProblem& p) override;
 };
 
 }  // namespace attnops

@@ -1,12 +1,15 @@
 #include "registry/dispatcher.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <string>
 
+#include "attnops/cost.h"
 #include "attnops/error.h"
+#include "backends/common/block_map_impl.h"
 #include "operators/gates.h"
 
 namespace attnops {
@@ -32,19 +35,42 @@ std::vector<Backend> backend_candidates(const OperationMetadata& md) {
   return order;
 }
 
-std::optional<Reason> check_backend(const OperationImpl& op, Backend b, const AttentionProblem& p, const Host& host) {
+namespace {
+
+// The gates every candidate passes first, forward or backward: the config, then the host.
+std::optional<Reason> check_host(const OperationImpl& op, Backend b, const Host& host) {
   const auto& md = op.metadata();
   const std::string bn(backend_name(b));
   if (std::find(md.disabled_backends.begin(), md.disabled_backends.end(), b) != md.disabled_backends.end())
     return Reason{ReasonCode::disabled_by_config, bn + ": disabled by config (disabled_backends)"};
   if (Availability a = host.availability(b, md.gpu); !a.available)
     return Reason{ReasonCode::backend_unavailable, bn + ": " + a.detail};
-  if (!op.implements(b)) return Reason{ReasonCode::not_implemented, bn + ": " + op.name() + " has no forward_" + bn};
-  if (auto r = op.check_inputs(b, p)) {
-    r->detail = bn + ": " + r->detail;
-    return r;
-  }
   return std::nullopt;
+}
+
+std::optional<Reason> prefixed(std::optional<Reason> r, Backend b) {
+  if (r) r->detail = std::string(backend_name(b)) + ": " + r->detail;
+  return r;
+}
+
+}  // namespace
+
+std::optional<Reason> check_backend(const OperationImpl& op, Backend b, const AttentionProblem& p,
+                                    const Host& host) {
+  if (auto r = check_host(op, b, host)) return r;
+  const std::string bn(backend_name(b));
+  if (!op.implements(b))
+    return Reason{ReasonCode::not_implemented, bn + ": " + op.name() + " has no forward_" + bn};
+  return prefixed(op.check_inputs(b, p), b);
+}
+
+std::optional<Reason> check_backward_backend(const OperationImpl& op, Backend b, const BackwardProblem& p,
+                                             const Host& host) {
+  if (auto r = check_host(op, b, host)) return r;
+  const std::string bn(backend_name(b));
+  if (!op.implements_backward(b))
+    return Reason{ReasonCode::not_implemented, bn + ": " + op.name() + " has no backward_" + bn};
+  return prefixed(op.check_backward_inputs(b, p), b);
 }
 
 namespace {
@@ -64,15 +90,92 @@ void log(const RuntimeFlags& flags, const DispatchDecision& d) {
   if (flags.log_dispatch) std::cerr << d.to_log_line() << std::endl;
 }
 
-}  // namespace
+std::string us(double v) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.0f us", v);
+  return b;
+}
 
-AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const Host& host, const TensorView& q,
-                         const TensorView& k, const TensorView& v, const AttentionOptions& options,
-                         const RuntimeFlags& flags, bool execute) {
-  // The problem is built with the requested operator's metadata: scale, runtime dtype and thread
-  // count are shared settings; block sizes matter only to the tiled operators.
-  const AttentionProblem p = make_problem(q, k, v, options, requested.metadata());
-  DispatchDecision d;
+// What auto's cost rule weighs for one call: its FLOPs and the bytes it moves each way.
+struct CallSize {
+  double flops = 0, up = 0, down = 0;
+};
+
+double visible_pairs(const AttentionProblem& p) {
+  return p.Tq > 0 && p.Tk > 0
+             ? get_block_map(p.mask, p.Hq, p.Tq, p.Tk, p.blocksize_q, p.blocksize_k)->visible_pairs_per_head()
+             : 0.0;
+}
+
+// The forward: q, k, v (and bias) up, the output (and lse) down.
+CallSize forward_size(const AttentionProblem& p) {
+  const double es = static_cast<double>(dtype_size(p.dtype));
+  CallSize c;
+  c.flops = attention_flops(p, visible_pairs(p));
+  c.up = es * static_cast<double>(p.B * (p.Tq * p.Hq * p.D + p.Tk * p.Hkv * (p.D + p.Dv))) +
+         (p.bias ? 4.0 * static_cast<double>(p.Tq * p.Tk) : 0.0);
+  c.down = 4.0 * static_cast<double>(p.B * p.Tq * p.Hq * p.Dv) +
+           (p.want_lse ? 4.0 * static_cast<double>(p.B * p.Hq * p.Tq) : 0);
+  return c;
+}
+
+// The backward: its FLOPs (2.5 times the forward's, backward_flops); q, k, v, out, dout, lse (and
+// bias) up; dq, dk, dv (f32 on the device) and dbias down.
+CallSize backward_size(const BackwardProblem& bp) {
+  const AttentionProblem& p = bp.fwd;
+  const double es = static_cast<double>(dtype_size(p.dtype));
+  const auto n = [](std::int64_t x) { return static_cast<double>(x); };
+  CallSize c;
+  c.flops = backward_flops(p, visible_pairs(p));
+  c.up = es * n(p.B * (p.Tq * p.Hq * (p.D + 2 * p.Dv) + p.Tk * p.Hkv * (p.D + p.Dv))) +
+         4.0 * n(p.B * p.Hq * p.Tq) + (p.bias ? 4.0 * n(p.Tq * p.Tk) : 0.0);
+  c.down = 4.0 * n(p.B * (p.Tq * p.Hq * p.D + p.Tk * p.Hkv * (p.D + p.Dv))) +
+           4.0 * n(bp.bias_B * bp.bias_H * p.Tq * p.Tk);
+  return c;
+}
+
+// Auto's cost rule (attnops/cost.h) for the gpu candidate: the estimate, or nullopt when there
+// are no rates.
+std::optional<CostEstimate> gpu_cost(const OperationImpl& op, const CallSize& size, const Host& host) {
+  const GpuSettings& gpu = op.metadata().gpu;
+  std::optional<std::pair<CostRates, std::string>> rates;
+  if (gpu.cost_rates)
+    rates = std::pair{*gpu.cost_rates, std::string("config")};
+  else
+    rates = host.cost_rates(gpu);
+  if (!rates || !rates->first.valid()) return std::nullopt;
+  CostEstimate e = estimate_cost(rates->first, size.flops, size.up, size.down);
+  e.rates_source = rates->second;
+  return e;
+}
+
+// The cost rule as a gate of the gpu candidate: applies when the gpu is a candidate of the auto
+// order only (not named by the config or --backend), the inputs are on the host, and the cpu,
+// later in the order, could run the call instead (`cpu_ok`). Records the estimate in d.cost;
+// the reason cpu_faster when the cpu wins.
+template <class CpuOk, class Size>
+std::optional<Reason> cost_gate(const OperationImpl& op, const std::vector<Backend>& candidates,
+                                const Host& host, bool exempt, DispatchDecision& d, CpuOk&& cpu_ok,
+                                Size&& size) {
+  const auto& md = op.metadata();
+  if (exempt || std::find(md.backends.begin(), md.backends.end(), Backend::gpu) != md.backends.end())
+    return std::nullopt;
+  const auto gpu_at = std::find(candidates.begin(), candidates.end(), Backend::gpu);
+  if (std::find(gpu_at, candidates.end(), Backend::cpu) == candidates.end() || !cpu_ok()) return std::nullopt;
+  const std::optional<CostEstimate> e = gpu_cost(op, size(), host);
+  if (!e) return std::nullopt;
+  d.cost = e;
+  if (e->cpu_us > e->gpu_us) return std::nullopt;
+  return Reason{ReasonCode::cpu_faster, "gpu: estimated " + us(e->gpu_us) + " (call " + us(e->call_us) +
+                                            ", upload " + us(e->upload_us) + ", kernels " + us(e->kernel_us) +
+                                            ", download " + us(e->download_us) + ") vs cpu " + us(e->cpu_us) +
+                                            " (rates: " + e->rates_source + ")"};
+}
+
+// Steps 2 and 3's start, shared by both passes: the operator after the fallbacks (recorded in
+// d) and the backend candidates in order.
+OperationImpl& choose_operator(OperationImpl& requested, OperationImpl& vanilla, const AttentionProblem& p,
+                               DispatchDecision& d) {
   d.requested = requested.name();
   OperationImpl* op = &requested;
   if (&requested != &vanilla) {
@@ -83,33 +186,35 @@ AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const
     }
   }
   d.op = op->name();
-  if (p.want_weights && !op->returns_weights())
-    throw Error(ErrorCode::invalid_argument, "return_weights: only vanilla returns attention weights, and this call "
-                                             "runs '" + op->name() + "' (use the vanilla operator)");
+  return *op;
+}
 
-  std::vector<Backend> candidates;
-  if (flags.force_native) {
-    candidates = {Backend::native};
-    d.reasons.push_back({ReasonCode::forced_native, "ATTNOPS_FORCE_NATIVE is set"});
-  } else {
-    candidates = backend_candidates(op->metadata());
-  }
+std::vector<Backend> candidates_for(const OperationImpl& op, const RuntimeFlags& flags, DispatchDecision& d) {
+  if (!flags.force_native) return backend_candidates(op.metadata());
+  d.reasons.push_back({ReasonCode::forced_native, "ATTNOPS_FORCE_NATIVE is set"});
+  return {Backend::native};
+}
+
+// Step 3's walk and step 4: `check(b)` gates a candidate, `run(b)` runs it (nullptr: plan only).
+template <class Result, class Check, class Run>
+Result first_candidate(const OperationImpl& op, const std::vector<Backend>& candidates, DispatchDecision& d,
+                       const RuntimeFlags& flags, Check&& check, Run&& run, bool execute) {
   for (Backend b : candidates) {
-    if (auto r = check_backend(*op, b, p, host)) {
+    if (auto r = check(b)) {
       d.reasons.push_back(std::move(*r));
       continue;
     }
     d.backend = b;
     if (!execute) {
-      AttentionOutput planned;
+      Result planned;
       planned.decision = d;
       return planned;
     }
     try {
-      AttentionOutput out = op->forward(b, p);
-      RunInfo run = std::move(out.decision.run);  // what the backend reported about the run
+      Result out = run(b);
+      RunInfo info = std::move(out.decision.run);  // what the backend reported about the run
       out.decision = d;
-      out.decision.run = std::move(run);
+      out.decision.run = std::move(info);
       log(flags, out.decision);
       return out;
     } catch (const Error& e) {
@@ -120,7 +225,88 @@ AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const
   }
   log(flags, d);
   throw Error(ErrorCode::backend_unavailable,
-              "no backend can run '" + op->name() + "' for this call: " + join_reasons(d.reasons));
+              "no backend can run " + std::string(d.pass == Pass::backward ? "the backward of '" : "'") +
+                  op.name() + "' for this call: " + join_reasons(d.reasons));
+}
+
+}  // namespace
+
+AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const Host& host,
+                         const TensorView& q, const TensorView& k, const TensorView& v,
+                         const AttentionOptions& options, const RuntimeFlags& flags, bool execute) {
+  // The problem is built with the requested operator's metadata: scale, runtime dtype and thread
+  // count are shared settings; block sizes matter only to the tiled operators.
+  const AttentionProblem p = make_problem(q, k, v, options, requested.metadata());
+  DispatchDecision d;
+  OperationImpl& op = choose_operator(requested, vanilla, p, d);
+  if (p.want_weights && !op.returns_weights())
+    throw Error(ErrorCode::invalid_argument,
+                "return_weights: only vanilla returns attention weights, and this call "
+                "runs '" +
+                    op.name() + "' (use the vanilla operator)");
+
+  // Device-resident inputs: only the gpu reads them. Asking for another backend is an error,
+  // never a silent copy.
+  const bool device_inputs = p.on_device();
+  const auto& md = op.metadata();
+  if (device_inputs) {
+    const char* which = q.on_device() ? "q" : k.on_device() ? "k" : "v";
+    if (flags.force_native)
+      throw Error(ErrorCode::invalid_argument, std::string(which) + " is a device tensor and ATTNOPS_FORCE_NATIVE=1 "
+                                               "asks for the native backend, which reads host memory only: copy "
+                                               "the inputs with DeviceTensor::to_host() or unset it");
+    if (!md.backends.empty() && md.backends.front() != Backend::gpu)
+      throw Error(ErrorCode::invalid_argument,
+                  std::string(which) + " is a device tensor and the backend asked for is " +
+                      std::string(backend_name(md.backends.front())) +
+                      ", which reads host memory only: use the gpu backend or copy the inputs with "
+                      "DeviceTensor::to_host()");
+  }
+  const std::vector<Backend> candidates =
+      device_inputs ? std::vector<Backend>{Backend::gpu} : candidates_for(op, flags, d);
+
+  // The cost rule (cost_gate) never applies to device-resident inputs.
+  const auto check = [&](Backend b) -> std::optional<Reason> {
+    if (auto r = check_backend(op, b, p, host)) return r;
+    if (b != Backend::gpu) return std::nullopt;
+    return cost_gate(
+        op, candidates, host, device_inputs || flags.force_native, d,
+        [&] { return !check_backend(op, Backend::cpu, p, host); }, [&] { return forward_size(p); });
+  };
+  return first_candidate<AttentionOutput>(
+      op, candidates, d, flags, check, [&](Backend b) { return op.forward(b, p); }, execute);
+}
+
+AttentionGradients dispatch_backward(OperationImpl& requested, OperationImpl& vanilla, const Host& host,
+                                     const TensorView& q, const TensorView& k, const TensorView& v,
+                                     const TensorView& out, const TensorView& lse, const TensorView& dout,
+                                     const AttentionOptions& options, const RuntimeFlags& flags) {
+  // The backward reads host tensors only (no backend has a device-resident backward yet: the gpu
+  // backward uploads q, k, v, out and dout like any host input).
+  const std::pair<const char*, const TensorView*> args[] = {{"q", &q},     {"k", &k},     {"v", &v},
+                                                             {"out", &out}, {"lse", &lse}, {"dout", &dout}};
+  for (const auto& [name, t] : args)
+    if (t->on_device())
+      throw Error(ErrorCode::invalid_argument,
+                  std::string(name) + " is a device tensor, and the backward reads host memory only: copy it with "
+                                      "DeviceTensor::to_host()");
+  const BackwardProblem p = make_backward_problem(q, k, v, out, lse, dout, options, requested.metadata());
+  DispatchDecision d;
+  d.pass = Pass::backward;
+  OperationImpl& op = choose_operator(requested, vanilla, p.fwd, d);
+  const std::vector<Backend> candidates = candidates_for(op, flags, d);
+  // The same cost rule as the forward's, with the backward's FLOPs and bytes and the same rates
+  // (measured on forward kernels: the rule assumes each backend runs its backward at its forward
+  // GFLOP/s), so a call the rule sends to the cpu has its backward sent there too.
+  const auto check = [&](Backend b) -> std::optional<Reason> {
+    if (auto r = check_backward_backend(op, b, p, host)) return r;
+    if (b != Backend::gpu) return std::nullopt;
+    return cost_gate(
+        op, candidates, host, flags.force_native, d,
+        [&] { return !check_backward_backend(op, Backend::cpu, p, host); }, [&] { return backward_size(p); });
+  };
+  return first_candidate<AttentionGradients>(
+      op, candidates, d, flags, check, [&](Backend b) { return op.backward(b, p); }, /*execute=*/true);
 }
 
 }  // namespace attnops

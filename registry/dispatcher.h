@@ -11,6 +11,10 @@
 //     (unsupported_feature / unsupported_dtype). The first that passes runs.
 //  4. A runtime GPU failure (Error gpu_error) is recorded as gpu_error and the next candidate runs.
 // The decision travels with the output; ATTNOPS_LOG=dispatch prints it as one line to stderr.
+//
+// The backward (dispatch_backward) takes the same steps on make_backward_problem's problem:
+// the same fallbacks pick the same operator the forward ran, then the candidates pass the same
+// gates with implements_backward and check_backward_inputs in place of the forward's.
 #pragma once
 
 #include <optional>
@@ -35,9 +39,19 @@ std::vector<Backend> backend_candidates(const OperationMetadata& md);
 // Why `op` cannot run problem `p` on backend `b` of `host`, or nullopt.
 std::optional<Reason> check_backend(const OperationImpl& op, Backend b, const AttentionProblem& p, const Host& host);
 
+// Why `op` cannot run the backward of problem `p` on backend `b` of `host`, or nullopt.
+std::optional<Reason> check_backward_backend(const OperationImpl& op, Backend b, const BackwardProblem& p,
+                                             const Host& host);
+
 // Plans (execute = false: decision only) or runs one call.
 AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const Host& host, const TensorView& q,
                          const TensorView& k, const TensorView& v, const AttentionOptions& options,
                          const RuntimeFlags& flags, bool execute);
+
+// Runs the backward of one call.
+AttentionGradients dispatch_backward(OperationImpl& requested, OperationImpl& vanilla, const Host& host,
+                                     const TensorView& q, const TensorView& k, const TensorView& v,
+                                     const TensorView& out, const TensorView& lse, const TensorView& dout,
+                                     const AttentionOptions& options, const RuntimeFlags& flags);
 
 }  // namespace attnops

@@ -18,12 +18,28 @@ DispatchDecision Attention::plan(const TensorView& q, const TensorView& k, const
   return dispatch(*op_, *vanilla_, *host_, q, k, v, options, RuntimeFlags::from_env(), /*execute=*/false).decision;
 }
 
+AttentionGradients Attention::backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                                       const TensorView& out, const TensorView& lse, const TensorView& dout,
+                                       const AttentionOptions& options) const {
+  return dispatch_backward(*op_, *vanilla_, *host_, q, k, v, out, lse, dout, options,
+                           RuntimeFlags::from_env());
+}
+
+AttentionGradients Attention::backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                                       const AttentionOutput& forward, const TensorView& dout,
+                                       const AttentionOptions& options) const {
+  if (!forward.lse)
+    throw Error(ErrorCode::invalid_argument,
+                "backward: the forward output has no lse; call the forward with return_lse = true");
+  return backward(q, k, v, forward.attention_outputs, *forward.lse, dout, options);
+}
+
 Registry::Registry(std::shared_ptr<const Host> host) : host_(host ? std::move(host) : system_host()) {}
 
-const OperationEntry* Registry::find(std::string_view name) const {
+Registry::EntryPtr Registry::find(std::string_view name) const {
   for (const auto& e : entries_) {
-    if (e.name == name) return &e;
-    if (std::find(e.aliases.begin(), e.aliases.end(), name) != e.aliases.end()) return &e;
+    if (e->name == name) return e;
+    if (std::find(e->aliases.begin(), e->aliases.end(), name) != e->aliases.end()) return e;
   }
   return nullptr;
 }
@@ -31,36 +47,43 @@ const OperationEntry* Registry::find(std::string_view name) const {
 void Registry::add(OperationEntry entry) {
   if (entry.name.empty() || !entry.make)
     throw Error(ErrorCode::invalid_argument, "Registry::add: an operator needs a name and a factory");
+  auto added = std::make_shared<const OperationEntry>(std::move(entry));
   std::lock_guard lock(mu_);
-  std::vector<std::string> names = entry.aliases;
-  names.push_back(entry.name);
+  std::vector<std::string> names = added->aliases;
+  names.push_back(added->name);
   for (const auto& n : names)
-    if (const OperationEntry* other = find(n); other && other->name != entry.name)
-      throw Error(ErrorCode::invalid_argument, "Registry::add: name '" + n + "' of operator '" + entry.name +
+    if (EntryPtr other = find(n); other && other->name != added->name)
+      throw Error(ErrorCode::invalid_argument, "Registry::add: name '" + n + "' of operator '" + added->name +
                                                    "' is already taken by '" + other->name + "'");
   // Re-registering a name replaces it (as EasyDeL's registry does): tests inject mocks this way.
-  auto it = std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e.name == entry.name; });
+  // A reader that copied the old pointer keeps a valid (old) entry.
+  auto it =
+      std::find_if(entries_.begin(), entries_.end(), [&](const auto& e) { return e->name == added->name; });
   if (it != entries_.end())
-    *it = std::move(entry);
+    *it = std::move(added);
   else
-    entries_.push_back(std::move(entry));
+    entries_.push_back(std::move(added));
 }
 
 std::vector<std::string> Registry::list() const {
   std::lock_guard lock(mu_);
   std::vector<std::string> r;
-  for (const auto& e : entries_) r.push_back(e.name);
+  for (const auto& e : entries_) r.push_back(e->name);
   std::sort(r.begin(), r.end());
   return r;
 }
 
-const OperationEntry& Registry::entry(std::string_view name) const {
+OperationEntry Registry::entry(std::string_view name) const {
+  return *lookup(name);
+}
+
+Registry::EntryPtr Registry::lookup(std::string_view name) const {
   std::lock_guard lock(mu_);
-  if (const OperationEntry* e = find(name)) return *e;
+  if (EntryPtr e = find(name)) return e;
   std::vector<std::string> all;
   std::string listing;
   std::vector<const OperationEntry*> sorted;
-  for (const auto& e : entries_) sorted.push_back(&e);
+  for (const auto& e : entries_) sorted.push_back(e.get());
   std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->name < b->name; });
   for (const auto* e : sorted) {
     if (!listing.empty()) listing += ", ";
@@ -76,10 +99,13 @@ const OperationEntry& Registry::entry(std::string_view name) const {
   throw Error(ErrorCode::unknown_operator, msg);
 }
 
-std::string Registry::canonical(std::string_view name) const { return entry(name).name; }
+std::string Registry::canonical(std::string_view name) const {
+  return lookup(name)->name;
+}
 
 Attention Registry::make(const OperationEntry& e, const OperationMetadata& md, const Config* config) const {
-  const OperationEntry& van = entry("vanilla");  // the fallback of every operator
+  const EntryPtr van_ptr = lookup("vanilla");  // the fallback of every operator
+  const OperationEntry& van = *van_ptr;
   Attention a;
   a.requested_ = e.name;
   a.host_ = host_;
@@ -107,8 +133,8 @@ Attention Registry::get(std::string_view name, const Config& config) const {
     if (find(key)) continue;
     std::vector<std::string> all;
     for (const auto& e : entries_) {
-      all.push_back(e.name);
-      all.insert(all.end(), e.aliases.begin(), e.aliases.end());
+      all.push_back(e->name);
+      all.insert(all.end(), e->aliases.begin(), e->aliases.end());
     }
     // A config built in code has no position (line 0): name the source only.
     std::string msg = config.source;
@@ -122,12 +148,13 @@ Attention Registry::get(std::string_view name, const Config& config) const {
     if (auto s = nearest_name(key, all)) msg += "; did you mean '" + *s + "'?";
     throw Error(ErrorCode::config_error, msg);
   }
-  const OperationEntry& e = entry(name);
-  return make(e, config.metadata_for(e.name, e.aliases, e.defaults), &config);
+  const EntryPtr e = lookup(name);  // held for the whole call: a concurrent add() cannot free it
+  return make(*e, config.metadata_for(e->name, e->aliases, e->defaults), &config);
 }
 
 Attention Registry::get(std::string_view name, const OperationMetadata& metadata) const {
-  return make(entry(name), metadata, nullptr);
+  const EntryPtr e = lookup(name);
+  return make(*e, metadata, nullptr);
 }
 
 }  // namespace attnops

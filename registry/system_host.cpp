@@ -4,6 +4,7 @@
 #include "attnops/host.h"
 #include "backends/cpu/isa.h"
 #include "backends/vulkan/vulkan_backend.h"
+#include "registry/cost_rates.h"
 
 namespace attnops {
 
@@ -44,9 +45,15 @@ class SystemHost final : public Host {
     }
     return {false, "unknown backend"};
   }
+
+  std::optional<std::pair<CostRates, std::string>> cost_rates(const GpuSettings& settings) const override {
+    return system_cost_rates(settings);
+  }
 };
 
 }  // namespace
+
+std::optional<std::pair<CostRates, std::string>> Host::cost_rates(const GpuSettings&) const { return std::nullopt; }
 
 std::shared_ptr<const Host> system_host() {
   static const std::shared_ptr<const Host> h = std::make_shared<SystemHost>();

@@ -6,6 +6,9 @@
 #   bash scripts/dev.sh test     # build, then every test through CTest
 #   bash scripts/dev.sh bench    # build, then the benchmark binaries and bench/compare_torch.py
 #   bash scripts/dev.sh build    # set-up and build only
+#   bash scripts/dev.sh asan     # ASan+UBSan build (build-asan/: the build dir + -asan), every test
+#   bash scripts/dev.sh tsan     # TSan build of the library (build-tsan/), then the concurrency test
+#   bash scripts/dev.sh fuzz [S] # libFuzzer build (build-fuzz/, clang-14), each target for S s (60)
 #
 # Environment: ATTNOPS_BUILD_DIR (default build/), ATTNOPS_CMAKE_ARGS (extra -D flags),
 # ATTNOPS_JOBS (default nproc).
@@ -21,6 +24,8 @@ deps=(cmake ninja-build g++ pkg-config
       libeigen3-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
       libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
       libcli11-dev nlohmann-json3-dev python3-numpy gnuplot-nox)
+# The fuzz targets need clang with libFuzzer and its OpenMP (the sanitizer builds use g++'s own runtimes).
+fuzz_deps=(clang-14 libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev)
 
 install_packages() {
   local missing=()
@@ -42,6 +47,31 @@ build() {
   cmake --build "$build" -j "$jobs"
 }
 
+# Sanitizer and fuzz builds: their own trees beside build/, configured with the given -D flags
+# (ATTNOPS_CMAKE_ARGS is not applied: -Werror is checked by the main build, and GCC's warnings
+# under sanitizer instrumentation include false positives). Then the given targets (all if none).
+sanitized_build() {
+  local dir=$1 flags=$2
+  shift 2
+  install_packages "${deps[@]}"
+  # shellcheck disable=SC2086
+  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release $flags
+  local targets=()
+  for t in "$@"; do targets+=(--target "$t"); done
+  cmake --build "$dir" -j "$jobs" "${targets[@]}"
+}
+
+# Run-time options of the sanitizers (tests/sanitizers/README.md): every report is fatal, and
+# the leak checker ignores the allocations of lavapipe, LLVM and the validation layer, which
+# are not ours (tests/sanitizers/lsan.supp; detection stays on for everything else).
+sanitizer_env() {
+  local san_dir="$root/tests/sanitizers"
+  export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1}"
+  export UBSAN_OPTIONS="${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}"
+  export LSAN_OPTIONS="${LSAN_OPTIONS:-suppressions=$san_dir/lsan.supp:print_suppressions=0}"
+  export TSAN_OPTIONS="${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$san_dir/tsan.supp}"
+}
+
 case "${1:-help}" in
   build) build ;;
   demo)
@@ -53,6 +83,41 @@ case "${1:-help}" in
     build
     ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 900
     ;;
+  asan)
+    sanitizer_env
+    dir=$build-asan
+    sanitized_build "$dir" "-DATTNOPS_SANITIZE=address,undefined -DATTNOPS_BUILD_BENCH=OFF"
+    ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 900 ${ATTNOPS_CTEST_ARGS:-}
+    ;;
+  tsan)
+    sanitizer_env
+    # The library and the concurrency test only; OpenMP at one thread (libgomp is not
+    # instrumented: its barriers are invisible to TSan and would be reported as races).
+    dir=$build-tsan
+    sanitized_build "$dir" "-DATTNOPS_SANITIZE=thread -DATTNOPS_BUILD_CLI=OFF -DATTNOPS_BUILD_BENCH=OFF -DATTNOPS_BUILD_EXAMPLES=OFF" test_concurrency
+    OMP_NUM_THREADS=1 "$dir/tests/concurrency/test_concurrency"
+    ;;
+  fuzz)
+    sanitizer_env
+    # Each target for ${2:-60} seconds from the checked-in seeds; what it adds to the corpus stays
+    # in the build tree (the first corpus directory is libFuzzer's output). A finding aborts with
+    # the input saved as $dir/<target>-crash-*; reproduce with: $dir/fuzz/<target> FILE.
+    dir=$build-fuzz
+    seconds=${2:-60}
+    install_packages "${fuzz_deps[@]}"
+    sanitized_build "$dir" "-DCMAKE_CXX_COMPILER=clang++-14 -DATTNOPS_SANITIZE=address,undefined -DATTNOPS_FUZZ=ON -DATTNOPS_BUILD_TESTS=OFF -DATTNOPS_BUILD_BENCH=OFF -DATTNOPS_BUILD_EXAMPLES=OFF" fuzz_npy fuzz_config fuzz_bench_file
+    [ "$seconds" -gt 0 ] || exit 0  # libFuzzer reads -max_total_time=0 as "no limit"
+    failed=()  # every target runs even when one finds something
+    for t in npy:npy config:yaml bench_file:yaml; do
+      name=${t%%:*} dict=${t##*:}
+      corpus=${name%_file}
+      mkdir -p "$dir/corpus/$name"
+      (cd "$dir" && "$dir/fuzz/fuzz_$name" -max_total_time="$seconds" -timeout=10 -print_final_stats=1 \
+         -dict="$root/fuzz/$dict.dict" -artifact_prefix="$dir/fuzz_$name-" \
+         "$dir/corpus/$name" "$root/fuzz/corpus/$corpus") || failed+=("fuzz_$name")
+    done
+    [ ${#failed[@]} -eq 0 ] || { echo "fuzz: findings in ${failed[*]}" >&2; exit 1; }
+    ;;
   bench)
     install_packages python3-torch
     build
@@ -61,7 +126,7 @@ case "${1:-help}" in
     /usr/bin/python3 "$root/bench/compare_torch.py" --bench "$build/bench/bench_attention"
     ;;
   *)
-    sed -n '2,12p' "$0"
+    sed -n '2,15p' "$0"
     exit 2
     ;;
 esac

@@ -4,13 +4,16 @@
 
 #include <algorithm>
 #include <limits>
+#include <new>
 #include <optional>
 #include <string>
 
 #include "attnops/error.h"
 #include "backends/common/block_map_impl.h"
+#include "backends/common/threads.h"
 #include "backends/cpu/isa.h"
 #include "backends/cpu/tier_kernels.h"
+#include "backends/cpu/tiled_backward.h"
 #include "backends/cpu/tiled_cpu.h"
 #include "backends/cpu/vanilla_cpu.h"
 #include "backends/cpu/vanilla_decode.h"
@@ -53,13 +56,23 @@ IsaChoice choice_for(std::optional<Isa> forced) {
   return c;
 }
 
+void record(RunInfo& run, const IsaChoice& c, const char* path) {
+  run.kernel = std::string(isa_name(c.tier));
+  run.kernel_detail = std::string(path) + "; " + c.detail;
+}
 void record(AttentionBuffers& buffers, const IsaChoice& c, const char* path) {
-  buffers.run.kernel = std::string(isa_name(c.tier));
-  buffers.run.kernel_detail = std::string(path) + "; " + c.detail;
+  record(buffers.run, c, path);
 }
 
-int thread_count(const AttentionProblem& p) {
-  return p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
+// Runs a tier's kernel: the kernels allocate their scratch before any parallel region and throw
+// nothing but std::bad_alloc, which becomes a typed error naming the kernel here.
+template <class F>
+const char* guarded(const char* where, F&& kernel) {
+  try {
+    return kernel();
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::out_of_memory, std::string(where) + ": cannot allocate the kernel's scratch");
+  }
 }
 
 void run_tiled(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers,
@@ -75,10 +88,30 @@ void run_tiled(const AttentionProblem& p, const BlockMap& map, AttentionBuffers&
         ErrorCode::unsupported_dtype,
         "cpu tiled_attention: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
   const IsaChoice c = choice_for(forced);
-  record(buffers, c, tier_kernels(c.tier).tiled(p, map, buffers));
+  record(buffers, c,
+         guarded("cpu tiled_attention", [&] { return tier_kernels(c.tier).tiled(p, map, buffers); }));
 }
 
-void run_vanilla(const AttentionProblem& p, AttentionBuffers& buffers, std::optional<Isa> forced) {
+void run_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads,
+                  std::optional<Isa> forced) {
+  const AttentionProblem& p = bp.fwd;
+  if (map.Tq != p.Tq || map.Tk != p.Tk || (map.heads != 1 && map.heads != p.Hq))
+    throw Error(ErrorCode::shape_mismatch,
+                "cpu tiled_backward: block map built for Tq=" + std::to_string(map.Tq) +
+                    " Tk=" + std::to_string(map.Tk) + " heads=" + std::to_string(map.heads) +
+                    ", expected Tq=" + std::to_string(p.Tq) + " Tk=" + std::to_string(p.Tk) + " heads=1 or " +
+                    std::to_string(p.Hq));
+  if (!is_float(p.dtype))
+    throw Error(
+        ErrorCode::unsupported_dtype,
+        "cpu tiled_backward: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
+  const IsaChoice c = choice_for(forced);
+  record(grads.run, c,
+         guarded("cpu tiled_backward", [&] { return tier_kernels(c.tier).backward(bp, map, grads); }));
+}
+
+void run_vanilla(const AttentionProblem& p, AttentionBuffers& buffers, std::optional<Isa> forced,
+                 const VanillaPlan* plan = nullptr) {
   const IsaChoice c = choice_for(forced);
   if (p.B == 0 || p.Tq == 0 || p.Hq == 0) return;
   if (p.Tk == 0) {  // nothing to attend to: output stays 0, every lse is -inf
@@ -89,12 +122,16 @@ void run_vanilla(const AttentionProblem& p, AttentionBuffers& buffers, std::opti
     return;
   }
   const TierKernels& k = tier_kernels(c.tier);
-  const int threads = thread_count(p);
+  const int threads = worker_threads(p.num_threads);
   // The decode path cannot return the weights (it never materialises a whole row).
-  if (p.Tq <= kDecodeMaxQ && !p.want_weights)
-    record(buffers, c, k.vanilla_decode(p, buffers, threads, vanilla_decode_splits(p, threads)));
-  else
-    record(buffers, c, k.vanilla_general(p, buffers, threads));
+  if (!plan && p.Tq <= kDecodeMaxQ && !p.want_weights) {
+    record(buffers, c, guarded("vanilla cpu", [&] {
+             return k.vanilla_decode(p, buffers, threads, vanilla_decode_splits(p, threads));
+           }));
+    return;
+  }
+  const VanillaPlan pl = plan ? *plan : vanilla_plan(p, threads);
+  record(buffers, c, guarded("vanilla cpu", [&] { return k.vanilla_general(p, buffers, threads, pl); }));
 }
 
 }  // namespace
@@ -105,11 +142,21 @@ void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBu
 void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers, Isa tier) {
   run_tiled(p, map, buffers, tier);
 }
+void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads) {
+  run_backward(bp, map, grads, std::nullopt);
+}
+void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads, Isa tier) {
+  run_backward(bp, map, grads, tier);
+}
 void vanilla_attention(const AttentionProblem& p, AttentionBuffers& buffers) {
   run_vanilla(p, buffers, std::nullopt);
 }
 void vanilla_attention(const AttentionProblem& p, AttentionBuffers& buffers, Isa tier) {
   run_vanilla(p, buffers, tier);
+}
+void vanilla_general(const AttentionProblem& p, AttentionBuffers& buffers, Isa tier,
+                     const VanillaPlan& plan) {
+  run_vanilla(p, buffers, tier, &plan);
 }
 
 std::int64_t vanilla_decode_splits(const AttentionProblem& p, int threads) {

@@ -14,10 +14,13 @@
 //   V16 zero(), set1(x), load(p), store(p, a), load_n(p, n), store_n(p, a, n)   (n in 0..16; lanes
 //       >= n read as 0, not written)
 //   fma(a, b, c) = a*b+c, add, sub, mul, div, max, abs
-//   Mask16 eq(a, b), lt(a, b), eq_i32(seg, x);  V16 select(m, a, b) (a where the bit is set)
+//   Mask16 eq(a, b), lt(a, b), eq_i32(seg, x), nonzero(a) (NaN lanes count as nonzero);
+//       V16 select(m, a, b) (a where the bit is set); fma_masked(m, a, b, c) (a*b+c where the bit
+//       is set, c elsewhere: weight-0 lanes skipped, not multiplied, for the non-finite policy)
 //   gather(base, stride, m): base[l * stride] for the lanes of m, 0 elsewhere
 //   exp(a): ~1 ulp for -87 <= a <= 88.3; exactly 0 below -87 (-inf included), so the softmax
-//       never makes subnormals (tiers would disagree on them: MXCSR vs DAZ/FTZ instructions)
+//       never makes subnormals (tiers would disagree on them: MXCSR vs DAZ/FTZ instructions);
+//       NaN stays NaN (the non-finite policy, backends/common/softmax_policy.h)
 //   reduce_add(a), reduce_max(a)
 //   widen_n(p, bf16, n): n (0..16) f16 or bf16 values widened to fp32 (exact), 0 beyond
 #pragma once

@@ -30,10 +30,11 @@ inline Mask16 bits(__m256 lo, __m256 hi) {
 inline __m256i first_lanes(int n, int first) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(n - first), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
 }
-// exp of 8 lanes; see simd16_avx512.h.
+// exp of 8 lanes; see simd16_avx512.h (NaN propagates the same way; a NaN lane's 2^n is garbage,
+// but NaN times it is NaN).
 inline __m256 exp8(__m256 a) {
-  const __m256 keep = _mm256_cmp_ps(a, _mm256_set1_ps(-87.f), _CMP_GE_OQ);  // false for -inf, NaN
-  __m256 x = _mm256_min_ps(_mm256_max_ps(a, _mm256_set1_ps(-87.f)), _mm256_set1_ps(88.3f));
+  const __m256 keep = _mm256_cmp_ps(a, _mm256_set1_ps(-87.f), _CMP_NLT_UQ);  // false for -inf
+  __m256 x = _mm256_min_ps(_mm256_set1_ps(88.3f), _mm256_max_ps(_mm256_set1_ps(-87.f), a));
   const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -107,6 +108,16 @@ inline Mask16 eq(V16 a, V16 b) {
 }
 inline Mask16 lt(V16 a, V16 b) {
   return avx2::bits(_mm256_cmp_ps(a.lo, b.lo, _CMP_LT_OQ), _mm256_cmp_ps(a.hi, b.hi, _CMP_LT_OQ));
+}
+// Lanes that are not 0 (NaN lanes included).
+inline Mask16 nonzero(V16 a) {
+  const __m256 z = _mm256_setzero_ps();
+  return avx2::bits(_mm256_cmp_ps(a.lo, z, _CMP_NEQ_UQ), _mm256_cmp_ps(a.hi, z, _CMP_NEQ_UQ));
+}
+// a*b+c in the lanes of m, c elsewhere.
+inline V16 fma_masked(Mask16 m, V16 a, V16 b, V16 c) {
+  return {_mm256_blendv_ps(c.lo, _mm256_fmadd_ps(a.lo, b.lo, c.lo), avx2::lanes_lo(m)),
+          _mm256_blendv_ps(c.hi, _mm256_fmadd_ps(a.hi, b.hi, c.hi), avx2::lanes_hi(m))};
 }
 inline Mask16 eq_i32(const std::int32_t* seg, std::int32_t x) {
   const __m256i v = _mm256_set1_epi32(x);

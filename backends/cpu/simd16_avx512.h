@@ -72,6 +72,12 @@ inline Mask16 eq(V16 a, V16 b) {
 inline Mask16 lt(V16 a, V16 b) {
   return _mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ);
 }
+inline Mask16 nonzero(V16 a) {
+  return _mm512_cmp_ps_mask(a.v, _mm512_setzero_ps(), _CMP_NEQ_UQ);
+}
+inline V16 fma_masked(Mask16 m, V16 a, V16 b, V16 c) {
+  return {_mm512_mask3_fmadd_ps(a.v, b.v, c.v, m)};
+}
 // Lanes l with seg[l] == x (seg has 16 valid entries).
 inline Mask16 eq_i32(const std::int32_t* seg, std::int32_t x) {
   return _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(seg), _mm512_set1_epi32(x));
@@ -84,10 +90,12 @@ inline V16 gather(const float* base, std::int32_t stride, Mask16 m) {
 }
 
 // exp(x) with ~1 ulp error (Cephes expf's polynomial) for -87 <= x <= 88.3; below -87 (and -inf)
-// exactly 0. The result is never subnormal: x >= -87 keeps 2^n * p >= 2^-126.
+// exactly 0. The result is never subnormal: x >= -87 keeps 2^n * p >= 2^-126. NaN stays NaN: the
+// clamps take x as their second operand (max/min return the second operand when either is NaN)
+// and `keep` is true for unordered lanes, so the NaN flows through the polynomial.
 inline V16 exp(V16 a) {
-  const __mmask16 keep = _mm512_cmp_ps_mask(a.v, _mm512_set1_ps(-87.f), _CMP_GE_OQ);  // false for -inf, NaN
-  __m512 x = _mm512_min_ps(_mm512_max_ps(a.v, _mm512_set1_ps(-87.f)), _mm512_set1_ps(88.3f));
+  const __mmask16 keep = _mm512_cmp_ps_mask(a.v, _mm512_set1_ps(-87.f), _CMP_NLT_UQ);  // false for -inf
+  __m512 x = _mm512_min_ps(_mm512_set1_ps(88.3f), _mm512_max_ps(_mm512_set1_ps(-87.f), a.v));
   const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   x = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);

@@ -85,6 +85,15 @@ inline Mask16 eq(V16 a, V16 b) {
 inline Mask16 lt(V16 a, V16 b) {
   return generic::bits(a.v < b.v);
 }
+// Lanes that are not 0 (NaN lanes included: != is unordered).
+inline Mask16 nonzero(V16 a) {
+  return generic::bits(a.v != 0.f);
+}
+// a*b+c in the lanes of m, c elsewhere (two roundings, as fma).
+inline V16 fma_masked(Mask16 m, V16 a, V16 b, V16 c) {
+  const generic::i32x16 on = ((generic::i32x16{} + m) & generic::lane_bits()) != 0;
+  return {on ? a.v * b.v + c.v : c.v};
+}
 inline Mask16 eq_i32(const std::int32_t* seg, std::int32_t x) {
   generic::i32x16 s;
   std::memcpy(&s, seg, sizeof s);
@@ -97,11 +106,13 @@ inline V16 gather(const float* base, std::int32_t stride, Mask16 m) {
   return r;
 }
 // See simd16_avx512.h. Rounding to the nearest integer by adding and subtracting 1.5 * 2^23
-// (exact for |x * log2 e| < 2^22); 2^n built in the exponent field.
+// (exact for |x * log2 e| < 2^22); 2^n built in the exponent field. NaN lanes are computed on a
+// finite stand-in (a NaN must not reach the float -> int conversion) and returned as they came.
 inline V16 exp(V16 a) {
   using generic::f32x16;
   using generic::i32x16;
   const i32x16 keep = a.v >= -87.f;  // false for -inf, NaN
+  const i32x16 nan = a.v != a.v;
   f32x16 x = a.v < -87.f ? f32x16{} - 87.f : a.v;
   x = x > 88.3f ? f32x16{} + 88.3f : x;
   x = keep ? x : f32x16{} - 87.f;  // NaN lanes: finite arithmetic, result masked below
@@ -119,7 +130,7 @@ inline V16 exp(V16 a) {
   f32x16 two_n;
   std::memcpy(&two_n, &e, sizeof e);
   const f32x16 r = p * two_n;
-  return {keep ? r : f32x16{}};
+  return {keep ? r : (nan ? a.v : f32x16{})};
 }
 inline float reduce_add(V16 a) {
   float s = 0.f;

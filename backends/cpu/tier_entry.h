@@ -13,12 +13,21 @@
 namespace attnops {
 struct BlockMap;
 }
+namespace attnops::cpu {
+struct VanillaPlan;
+}
+namespace attnops {
+struct BackwardProblem;
+struct GradientBuffers;
+}  // namespace attnops
 
 namespace attnops::cpu::ATTNOPS_TIER_NS {
 
 const char* tiled_forward(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers);
-const char* vanilla_general_forward(const AttentionProblem& p, AttentionBuffers& buffers, int threads);
+const char* vanilla_general_forward(const AttentionProblem& p, AttentionBuffers& buffers, int threads,
+                                    const VanillaPlan& plan);
 const char* vanilla_decode_forward(const AttentionProblem& p, AttentionBuffers& buffers, int threads,
                                    std::int64_t splits);
+const char* tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads);
 
 }  // namespace attnops::cpu::ATTNOPS_TIER_NS

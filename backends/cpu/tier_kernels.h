@@ -11,9 +11,13 @@
 
 namespace attnops {
 struct BlockMap;
-}
+struct BackwardProblem;
+struct GradientBuffers;
+}  // namespace attnops
 
 namespace attnops::cpu {
+
+struct VanillaPlan;
 
 // Entry points of one tier. Each returns a short static text naming the code path it took
 // (e.g. "f32 FMA micro-kernels", "bf16 VDPBF16PS"), which the dispatch adds to RunInfo.
@@ -23,10 +27,14 @@ struct TierKernels {
   Isa isa;
   // Flash / blocksparse (tiled_cpu.cpp): every tile of `map` of every (batch, q head, q block).
   const char* (*tiled)(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers);
-  // Vanilla, materialised scores (vanilla_cpu.cpp) and decode streaming (vanilla_decode.cpp).
-  const char* (*vanilla_general)(const AttentionProblem& p, AttentionBuffers& buffers, int threads);
+  // Vanilla, materialised scores (vanilla_cpu.cpp; tasks and scratch as `plan` says) and decode
+  // streaming (vanilla_decode.cpp).
+  const char* (*vanilla_general)(const AttentionProblem& p, AttentionBuffers& buffers, int threads,
+                                 const VanillaPlan& plan);
   const char* (*vanilla_decode)(const AttentionProblem& p, AttentionBuffers& buffers, int threads,
                                 std::int64_t splits);
+  // The backward of every operator (tiled_backward.cpp): dq, dk, dv (dsinks, dbias) over `map`.
+  const char* (*backward)(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads);
 };
 
 // Each tier's table, defined by tier_table.cpp compiled for that tier.

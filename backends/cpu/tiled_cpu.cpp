@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "backends/common/block_map_impl.h"
+#include "backends/common/softmax_policy.h"
 #include "backends/cpu/micro_kernels.h"
 #include "backends/cpu/simd16.h"
 #include "backends/cpu/tier_entry.h"
@@ -270,11 +271,14 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
       }
 
       // O^T = alpha * O^T + V^T P^T over the chunk's keys.
+      // p.guard_nonfinite_v: weight-0 lanes are skipped, so a masked key's NaN / inf value
+      // cannot reach them through 0 x inf (the bf16 paths are not taken then, tiled_forward).
       if constexpr (P == Path::f32) {
+        const auto& pv = p.guard_nonfinite_v ? micro::kScaledAccSkipZeros : micro::kScaledAcc;
         for (i64 e0 = 0; e0 < Dv; e0 += micro::kMaxR) {
           const int R = static_cast<int>(std::min<i64>(micro::kMaxR, Dv - e0));
-          micro::kScaledAcc[R - 1][NC - 1](t.vf + c_lo * t.ldv + e0, t.ldv, st + c_lo * bqp + n0 * 16, bqp,
-                                           c_hi - c_lo, alpha + n0 * 16, ot + e0 * bqp + n0 * 16, bqp);
+          pv[R - 1][NC - 1](t.vf + c_lo * t.ldv + e0, t.ldv, st + c_lo * bqp + n0 * 16, bqp, c_hi - c_lo,
+                            alpha + n0 * 16, ot + e0 * bqp + n0 * 16, bqp);
         }
       } else if constexpr (P == Path::bf16_dot) {
 #if ATTNOPS_TIER_LEVEL >= 3
@@ -297,16 +301,7 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
   float* lse = x.buffers.lse ? x.buffers.lse->data_as<float>() + (b * p.Hq + h) * Tq + i0 : nullptr;
   for (i64 r = 0; r < nr; ++r) {
     const float mr = m[r], lr = l[r];
-    const bool empty = lr == 0.f;
-    float factor = 0.f;
-    if (!empty) {
-      if (p.sinks) {
-        const float sink = p.sinks[h], M = std::max(mr, sink), e = std::exp(mr - M);
-        factor = e / (lr * e + std::exp(sink - M));
-      } else {
-        factor = 1.f / lr;
-      }
-    }
+    const float factor = policy::row_factor(mr, lr, p.sinks ? p.sinks + h : nullptr);
     const i64 obase = ((b * Tq + i0 + r) * p.Hq + h) * Dv;
     switch (p.dtype) {
       case DType::f32: {
@@ -325,7 +320,7 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
         break;
       }
     }
-    if (lse) lse[r] = empty ? kNegInf : mr + std::log(lr);
+    if (lse) lse[r] = policy::row_lse(mr, lr);
   }
 }
 
@@ -354,7 +349,7 @@ void run_all(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& b
                          static_cast<std::int32_t>(qb), static_cast<std::int32_t>(map.row(h, qb).size())});
   std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& c) { return a.cost > c.cost; });
 
-  int nt = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
+  int nt = std::clamp(p.num_threads > 0 ? p.num_threads : omp_get_max_threads(), 1, max_worker_threads());
   nt = static_cast<int>(std::clamp<i64>(static_cast<i64>(tasks.size()), 1, nt));
 #if ATTNOPS_TIER_LEVEL >= 4
   if constexpr (P == Path::amx) x.packed = amx::pack_kv(p, nt);  // K and V^T tiles, once per call
@@ -386,14 +381,17 @@ void run_all(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& b
 }  // namespace
 
 const char* tiled_forward(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers) {
+  // The bf16 paths round P to bf16 pairs: they cannot skip weight-0 keys for the non-finite
+  // policy's guarded re-run (operators/forward_glue.h), which takes the f32 path instead.
+  [[maybe_unused]] const bool bf16_paths = p.dtype == DType::bf16 && !p.guard_nonfinite_v;
 #if ATTNOPS_TIER_LEVEL >= 4
-  if (p.dtype == DType::bf16) {
+  if (bf16_paths) {
     run_all<Path::amx>(p, map, buffers);
     return "bf16 q.k and p.v on AMX tiles (TDPBF16PS), P rounded to bf16";
   }
 #endif
 #if ATTNOPS_TIER_LEVEL >= 3
-  if (p.dtype == DType::bf16) {
+  if (bf16_paths) {
     run_all<Path::bf16_dot>(p, map, buffers);
     return "bf16 q.k and p.v on VDPBF16PS, P rounded to bf16";
   }

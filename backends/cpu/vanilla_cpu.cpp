@@ -2,11 +2,15 @@
 // materialised-scores path. (The decode path is vanilla_decode.cpp; the choice between them and
 // the tier are made by cpu_dispatch.cpp.)
 //
-// Work unit ("task"): one batch b, one kv head hk and a chunk of q rows [i0, i1). The chunk's
-// rows of all G = Hq / Hkv q heads of that kv head are stacked, M = G * (i1 - i0) rows:
-//   row r = g * (i1 - i0) + (i - i0)  <->  q head hk * G + g, query i
-// so the GQA group shares every read of K and V (no copies of K/V per q head). The layout is the
-// tiled kernel's (tiled_cpu.cpp), transposed: 16-lane vectors run over these rows.
+// Work unit ("task", planned by vanilla_plan.cpp): one batch b, one kv head hk, a slice of gn of
+// its G = Hq / Hkv q heads (from g0) and a chunk of q rows [i0, i1). The chunk's rows of those q
+// heads are stacked, M = gn * (i1 - i0) rows:
+//   row r = g * (i1 - i0) + (i - i0)  <->  q head hk * G + g0 + g, query i
+// so the GQA group shares every read of K and V (no copies of K/V per q head). The working set
+// is bounded by the plan (16 MiB per thread unless one row is larger). Two layouts:
+//
+// Lanes over rows (the common one; the tiled kernel's layout, tiled_cpu.cpp, transposed):
+// 16-lane vectors run over the task's rows.
 //   Q^T [D][Mp]    the rows, pre-scaled (Mp = M rounded up to 16; padding lanes are 0)
 //   S^T [n][Mp]    every score of the kv columns [lo, hi) some row can see (n = hi - lo):
 //                  S^T[c] = sum_d K[lo + c][d] Q^T[d]  (K rows read in place, K[c][d] broadcast)
@@ -14,10 +18,18 @@
 //                  soft cap, bias, the row's visible range, segments and sinks as in the spec
 //   O^T [Dv][Mp]   O^T[e] = sum_c V[lo + c][e] P^T[c]  (V rows read in place)
 // Both products run on micro_kernels.h; f32 K/V are read in place with the view's row stride,
-// f16 / bf16 K/V are widened in blocks of kKeyBlock rows. The weights output, when asked for,
-// is P^T transposed back into [B, Hq, Tq, Tk] rows. Tasks run in parallel (OpenMP, dynamic
-// schedule) with per-thread scratch; q chunks are sized so that S^T stays bounded (at most
-// kMaxScoreFloats) and so that small B x Hkv still gives every thread work.
+// f16 / bf16 K/V are widened in blocks of the plan's convert_rows.
+//
+// Row-major (keys so many that 16 rows of scores would not fit the cap): S [M][n], Q [M][D],
+// O [M][Dv], with the decode path's primitives (one key against the task's rows, then P.V with
+// V rows read in place in their dtype) and vanilla_rows.h's row softmax.
+//
+// The weights output, when asked for, is P copied into [B, Hq, Tq, Tk] rows. Tasks run in
+// parallel (OpenMP, dynamic schedule) with per-thread scratch allocated before the parallel
+// region (std::bad_alloc there becomes Error(out_of_memory) in cpu_dispatch.cpp); nothing inside
+// the region allocates or throws. Non-finite values follow backends/common/softmax_policy.h.
+#include "backends/cpu/vanilla_cpu.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -26,6 +38,7 @@
 #include <limits>
 #include <vector>
 
+#include "backends/common/softmax_policy.h"
 #include "backends/cpu/aligned.h"
 #include "backends/cpu/micro_kernels.h"
 #include "backends/cpu/tier_entry.h"
@@ -39,8 +52,6 @@ using simd::Mask16;
 using simd::V16;
 using vanilla::i64;
 
-constexpr i64 kMaxScoreFloats = i64{1} << 22;  // 16 MiB of scores per thread at most
-constexpr i64 kKeyBlock = 256;                 // f16/bf16 K/V rows widened per block
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 i64 round16(i64 x) {
@@ -53,31 +64,6 @@ const char* row_ptr(const TensorView& x, i64 b, i64 t, i64 h) {
   return static_cast<const char*>(x.data()) + off * static_cast<i64>(dtype_size(x.dtype()));
 }
 
-struct Plan {
-  i64 qc = 1;      // q rows per task
-  i64 chunks = 1;  // ceil(Tq / qc)
-  i64 tasks = 0;   // B * Hkv * chunks
-};
-
-Plan plan_tasks(const AttentionProblem& p, int threads) {
-  const i64 G = p.group();
-  Plan pl;
-  // M = G * qc rows of about 128..256 make the products efficient while causal chunks stay short
-  // enough that computing the chunk's whole visible kv range wastes little above the diagonal.
-  pl.qc = std::min<i64>(p.Tq, std::max<i64>(16, 128 / G));
-  pl.qc = std::max<i64>(1, std::min(pl.qc, kMaxScoreFloats / std::max<i64>(1, G * p.Tk)));
-  auto count = [&] {
-    pl.chunks = (p.Tq + pl.qc - 1) / pl.qc;
-    pl.tasks = p.B * p.Hkv * pl.chunks;
-  };
-  count();
-  while (pl.tasks < 2 * threads && pl.qc > 1) {  // small B x Hkv: split q rows further
-    pl.qc = (pl.qc + 1) / 2;
-    count();
-  }
-  return pl;
-}
-
 struct Scratch {
   AlignedArray<float> qt, st, ot, kv, ones, row;
   AlignedArray<float> lo, hi;       // [Mp] each lane's visible range, as floats (exact below 2^24)
@@ -88,14 +74,43 @@ struct Scratch {
   std::vector<vanilla::RowMask> rm;
 };
 
+// Scratch of one thread for plan `pl` (lanes over rows or row-major).
+Scratch make_scratch(const AttentionProblem& p, const VanillaPlan& pl) {
+  Scratch w;
+  const i64 Mp = pl.lanes, n = std::max<i64>(1, p.Tk), widest = std::max(p.D, p.Dv);
+  w.rm.resize(static_cast<std::size_t>(Mp));
+  if (!pl.lanes_over_rows) {  // S [M][n], Q [M][D], O [M][Dv]
+    w.st = aligned_array<float>(Mp * n);
+    w.qt = aligned_array<float>(Mp * p.D);
+    w.ot = aligned_array<float>(Mp * p.Dv);
+    return w;
+  }
+  w.qt = aligned_array<float>(p.D * Mp);
+  w.st = aligned_array<float>(n * Mp);
+  w.ot = aligned_array<float>(p.Dv * Mp);
+  w.kv = aligned_array<float>(p.dtype == DType::f32 ? 0 : pl.convert_rows * widest);
+  w.ones = aligned_array<float>(2 * Mp);  // Mp ones, then the per-lane factors
+  std::fill(w.ones.get(), w.ones.get() + Mp, 1.f);
+  w.row = aligned_array<float>(widest);
+  w.lo = aligned_array<float>(Mp);
+  w.hi = aligned_array<float>(Mp);
+  w.segq = aligned_array<std::int32_t>(Mp);
+  w.bias_lane = aligned_array<float>(16);
+  w.c_lo = aligned_array<i64>((Mp + 63) / 64);
+  w.c_hi = aligned_array<i64>((Mp + 63) / 64);
+  w.started = aligned_array<char>((Mp + 63) / 64);
+  return w;
+}
+
 // One task; see the file comment.
 struct Task {
   const AttentionProblem& p;
   AttentionBuffers& buffers;
-  i64 b, hk, i0, nq, M, Mp;
+  i64 b, hk, g0, i0, nq, M, Mp;
+  i64 key_block;  // K/V rows widened at a time (f16 / bf16)
   Scratch& w;
 
-  i64 head(i64 r) const { return hk * p.group() + r / nq; }
+  i64 head(i64 r) const { return hk * p.group() + g0 + r / nq; }
   i64 query(i64 r) const { return i0 + r % nq; }
 
   // K (which = 0) or V rows [lo + j, lo + j + cnt) as fp32 rows: in place for f32, else widened
@@ -113,7 +128,10 @@ struct Task {
     return w.kv.get();
   }
 
-  void run() const;
+  void run() const;       // lanes over rows
+  void run_rows() const;  // row-major
+  template <DType DT>
+  void run_rows_typed() const;
 };
 
 void Task::run() const {
@@ -169,8 +187,8 @@ void Task::run() const {
   }
 
   // S^T = K Q^T over each chunk's range, a block of keys at a time.
-  for (i64 j = 0; j < n; j += kKeyBlock) {
-    const i64 bw = std::min(kKeyBlock, n - j);
+  for (i64 j = 0; j < n; j += key_block) {
+    const i64 bw = std::min(key_block, n - j);
     i64 ldk = 0;
     const float* kr = nullptr;
     for (i64 k = 0; k < nchunks; ++k) {
@@ -236,13 +254,10 @@ void Task::run() const {
       factor[r] = 0.f;
       if (r >= M) continue;
       const i64 hq = head(r);
-      if (l[t] == 0.f) {  // fully masked row: output 0, lse -inf
-        if (lse) lse[(b * Hq + hq) * Tq + query(r)] = kNegInf;
-        continue;
-      }
-      // The sink takes probability mass (denominator) but is not part of the lse.
-      factor[r] = 1.f / (l[t] + (p.sinks ? std::exp(p.sinks[hq] - m[t]) : 0.f));
-      if (lse) lse[(b * Hq + hq) * Tq + query(r)] = m[t] + std::log(l[t]);
+      // The sink takes probability mass (denominator) but is not part of the lse; a fully
+      // masked row gives factor 0 and lse -inf, a NaN or +inf logit NaN (softmax_policy.h).
+      factor[r] = policy::row_factor(m[t], l[t], p.sinks ? p.sinks + hq : nullptr);
+      if (lse) lse[(b * Hq + hq) * Tq + query(r)] = policy::row_lse(m[t], l[t]);
     }
   }
   if (buffers.weights) {  // P, normalised, back into [B, Hq, Tq, Tk] rows (other columns stay 0)
@@ -255,9 +270,11 @@ void Task::run() const {
   }
 
   // O^T = V^T P^T over each chunk's range, a block of keys at a time (the first block a chunk
-  // sees starts its accumulator from 0, later ones add to it: s = 1).
-  for (i64 j = 0; j < n; j += kKeyBlock) {
-    const i64 bw = std::min(kKeyBlock, n - j);
+  // sees starts its accumulator from 0, later ones add to it: s = 1). p.guard_nonfinite_v:
+  // weight-0 lanes are skipped, so a masked key's NaN / inf value cannot reach them.
+  const auto& pv = p.guard_nonfinite_v ? micro::kScaledAccSkipZeros : micro::kScaledAcc;
+  for (i64 j = 0; j < n; j += key_block) {
+    const i64 bw = std::min(key_block, n - j);
     i64 ldv = 0;
     const float* vr = nullptr;
     for (i64 k = 0; k < nchunks; ++k) {
@@ -268,8 +285,8 @@ void Task::run() const {
       const float* s = started[k] ? w.ones.get() : nullptr;
       for (i64 e0 = 0; e0 < Dv; e0 += micro::kMaxR) {
         const int R = static_cast<int>(std::min<i64>(micro::kMaxR, Dv - e0));
-        micro::kScaledAcc[R - 1][NC - 1](vr + (a - j) * ldv + e0, ldv, st + a * Mp + k * 64, Mp, e - a, s,
-                                         ot + e0 * Mp + k * 64, Mp);
+        pv[R - 1][NC - 1](vr + (a - j) * ldv + e0, ldv, st + a * Mp + k * 64, Mp, e - a, s,
+                          ot + e0 * Mp + k * 64, Mp);
       }
       started[k] = 1;
     }
@@ -287,44 +304,98 @@ void Task::run() const {
   }
 }
 
-}  // namespace
+void Task::run_rows() const {
+  switch (p.dtype) {
+    case DType::f16:
+      return run_rows_typed<DType::f16>();
+    case DType::bf16:
+      return run_rows_typed<DType::bf16>();
+    default:
+      return run_rows_typed<DType::f32>();
+  }
+}
 
-const char* vanilla_general_forward(const AttentionProblem& p, AttentionBuffers& buffers, int threads) {
-  const Plan pl = plan_tasks(p, threads);
-  const i64 Mp = round16(p.group() * pl.qc);
+template <DType DT>
+void Task::run_rows_typed() const {
+  const i64 D = p.D, Dv = p.Dv, Tq = p.Tq, Tk = p.Tk, Hq = p.Hq;
+  float *S = w.st.get(), *Q = w.qt.get(), *O = w.ot.get();
+  float* lse = buffers.lse ? buffers.lse->data_as<float>() : nullptr;
 
-  // Per-thread scratch, allocated before the parallel region (an allocation failure throws here).
-  std::vector<Scratch> scratch(static_cast<std::size_t>(threads));
-  for (Scratch& w : scratch) {
-    w.qt = aligned_array<float>(p.D * Mp);
-    w.st = aligned_array<float>(p.Tk * Mp);
-    w.ot = aligned_array<float>(p.Dv * Mp);
-    w.kv = aligned_array<float>(p.dtype == DType::f32 ? 0 : kKeyBlock * std::max(p.D, p.Dv));
-    w.ones = aligned_array<float>(2 * Mp);  // Mp ones, then the per-lane factors
-    std::fill(w.ones.get(), w.ones.get() + Mp, 1.f);
-    w.row = aligned_array<float>(std::max(p.D, p.Dv));
-    w.lo = aligned_array<float>(Mp);
-    w.hi = aligned_array<float>(Mp);
-    w.segq = aligned_array<std::int32_t>(Mp);
-    w.bias_lane = aligned_array<float>(16);
-    w.c_lo = aligned_array<i64>((Mp + 63) / 64);
-    w.c_hi = aligned_array<i64>((Mp + 63) / 64);
-    w.started = aligned_array<char>((Mp + 63) / 64);
-    w.rm.resize(static_cast<std::size_t>(Mp));
+  i64 lo = Tk, hi = 0;
+  for (i64 r = 0; r < M; ++r) {
+    w.rm[r] = vanilla::row_mask(p, head(r), query(r));
+    if (w.rm[r].hi > w.rm[r].lo) lo = std::min(lo, w.rm[r].lo), hi = std::max(hi, w.rm[r].hi);
+  }
+  if (hi <= lo) {  // the whole task is masked: output stays 0, lse -inf, weights 0
+    if (lse)
+      for (i64 r = 0; r < M; ++r) lse[(b * Hq + head(r)) * Tq + query(r)] = kNegInf;
+    return;
+  }
+  const i64 n = hi - lo;
+  const float scale = static_cast<float>(p.scale);
+  for (i64 r = 0; r < M; ++r)
+    simd::convert_row(row_ptr(p.q, b, query(r), head(r)), p.dtype, D, Q + r * D, scale);
+
+  // S [M][n]: one key at a time against the task's rows, K read in place in its dtype.
+  const i64 es = static_cast<i64>(dtype_size(p.dtype)), ldk = p.k.stride(1) * es;
+  const char* k0 = row_ptr(p.k, b, lo, hk);
+  for (i64 c = 0; c < n; ++c) vanilla::dot_key<DT>(Q, D, M, k0 + c * ldk, D, S + c, n);
+
+  float* wts = buffers.weights ? buffers.weights->data_as<float>() : nullptr;
+  for (i64 r = 0; r < M; ++r) {
+    const i64 hq = head(r), i = query(r);
+    float* s = S + r * n;
+    vanilla::finish_logits(p, b, hq, i, w.rm[r], lo, hi, s);
+    const float row_lse = vanilla::softmax_row(s, n, p.sinks ? p.sinks + hq : nullptr);
+    if (lse) lse[(b * Hq + hq) * Tq + i] = row_lse;
+    if (wts) std::copy(s, s + n, wts + ((b * Hq + hq) * Tq + i) * Tk + lo);  // other columns stay 0
   }
 
+  // O [M][Dv] = P V[lo:hi] (weight-0 keys skipped under p.guard_nonfinite_v).
+  std::fill(O, O + M * Dv, 0.f);
+  const char* v0 = row_ptr(p.v, b, lo, hk);
+  if (p.guard_nonfinite_v)
+    vanilla::pv_block<DT, true>(S, n, M, v0, p.v.stride(1), n, Dv, O, Dv);
+  else
+    vanilla::pv_block<DT, false>(S, n, M, v0, p.v.stride(1), n, Dv, O, Dv);
+  for (i64 r = 0; r < M; ++r)
+    vanilla::store_row(
+        O + r * Dv, Dv, p.dtype,
+        static_cast<char*>(buffers.out.data()) + (((b * Tq + query(r)) * Hq + head(r)) * Dv) * es);
+}
+
+}  // namespace
+
+const char* vanilla_general_forward(const AttentionProblem& p, AttentionBuffers& buffers, int threads,
+                                    const VanillaPlan& pl) {
+  threads = static_cast<int>(std::clamp<i64>(pl.tasks, 1, threads));
+  // Per-thread scratch, allocated before the parallel region (an allocation failure throws
+  // std::bad_alloc here, which cpu_dispatch.cpp turns into Error(out_of_memory)).
+  std::vector<Scratch> scratch;
+  scratch.reserve(static_cast<std::size_t>(threads));
+  for (int t = 0; t < threads; ++t) scratch.push_back(make_scratch(p, pl));
+
+  const i64 G = p.group();
 #pragma omp parallel num_threads(threads)
   {
     Scratch& w = scratch[static_cast<std::size_t>(omp_get_thread_num())];
 #pragma omp for schedule(dynamic, 1)
     for (i64 t = 0; t < pl.tasks; ++t) {
-      const i64 b = t / (p.Hkv * pl.chunks), hk = (t / pl.chunks) % p.Hkv, c = t % pl.chunks;
-      const i64 i0 = c * pl.qc, nq = std::min(pl.qc, p.Tq - i0), M = p.group() * nq;
-      const Task task{p, buffers, b, hk, i0, nq, M, round16(M), w};
-      task.run();
+      const i64 c = t % pl.chunks, gs = (t / pl.chunks) % pl.gslices,
+                hk = (t / (pl.chunks * pl.gslices)) % p.Hkv, b = t / (pl.chunks * pl.gslices * p.Hkv);
+      const i64 i0 = c * pl.qc, nq = std::min(pl.qc, p.Tq - i0), g0 = gs * pl.gc,
+                gn = std::min(pl.gc, G - g0);
+      const i64 M = gn * nq;
+      const Task task{p, buffers, b, hk, g0, i0, nq, M, pl.lanes_over_rows ? round16(M) : M, pl.convert_rows,
+                      w};
+      if (pl.lanes_over_rows)
+        task.run();
+      else
+        task.run_rows();
     }
   }
-  return "materialised scores (S^T, lanes over query rows), micro-kernel products";
+  return pl.lanes_over_rows ? "materialised scores (S^T, lanes over query rows), micro-kernel products"
+                            : "materialised scores, row-major (too many keys for the lanes layout)";
 }
 
 }  // namespace attnops::cpu::ATTNOPS_TIER_NS

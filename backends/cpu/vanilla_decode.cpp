@@ -23,6 +23,7 @@
 #include <cmath>
 #include <vector>
 
+#include "backends/common/softmax_policy.h"
 #include "backends/cpu/aligned.h"
 #include "backends/cpu/tier_entry.h"
 #include "backends/cpu/vanilla_rows.h"
@@ -128,10 +129,15 @@ void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
     }
 
     const char* v0 = row_ptr(p.v, b, j0, 0);
-    for (i64 hk = 0; hk < Hkv; ++hk)
-      if (w.head_active[hk])
+    for (i64 hk = 0; hk < Hkv; ++hk) {
+      if (!w.head_active[hk]) continue;
+      if (p.guard_nonfinite_v)  // a weight-0 key's NaN / inf value must not reach the row
+        vanilla::pv_block<DT, true>(w.S.get() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2) * es,
+                                    p.v.stride(1), n, Dv, acc + hk * R * Dv, Dv);
+      else
         vanilla::pv_block<DT>(w.S.get() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2) * es,
                               p.v.stride(1), n, Dv, acc + hk * R * Dv, Dv);
+    }
   }
 }
 
@@ -145,7 +151,7 @@ void merge_row(const DecodeJob& job, AttentionBuffers& buffers, i64 b, i64 hk, i
     return job.part_state[static_cast<std::size_t>(((b * job.nsplit + s) * Hkv + hk) * R + r)];
   };
   float M = vanilla::kNegInf;
-  for (i64 s = 0; s < job.nsplit; ++s) M = std::max(M, state(s).m);
+  for (i64 s = 0; s < job.nsplit; ++s) M = policy::nan_max(M, state(s).m);  // a NaN split makes the row NaN
   float row_lse = vanilla::kNegInf;
   std::fill(o, o + Dv, 0.f);
   if (M != vanilla::kNegInf) {  // else fully masked: output 0, lse -inf
@@ -158,9 +164,9 @@ void merge_row(const DecodeJob& job, AttentionBuffers& buffers, i64 b, i64 hk, i
       for (i64 c = 0; c < Dv; ++c) o[c] += w * a[c];
     }
     // The sink takes probability mass (normaliser) but is not part of the lse.
-    const float inv = 1.f / (L + (p.sinks ? std::exp(p.sinks[hq] - M) : 0.f));
-    for (i64 c = 0; c < Dv; ++c) o[c] *= inv;
-    row_lse = M + std::log(L);
+    const float factor = policy::row_factor(M, L, p.sinks ? p.sinks + hq : nullptr);
+    for (i64 c = 0; c < Dv; ++c) o[c] *= factor;
+    row_lse = policy::row_lse(M, L);
   }
   const i64 es = static_cast<i64>(dtype_size(p.dtype));
   vanilla::store_row(o, Dv, p.dtype,
@@ -175,10 +181,13 @@ const char* vanilla_decode_forward(const AttentionProblem& p, AttentionBuffers& 
   DecodeJob job{p, p.group(), p.group() * p.Tq, splits, 0, {}, {}};
   job.tasks = p.B * job.nsplit;
   const i64 rows = job.tasks * p.Hkv * job.R;
+  threads = static_cast<int>(std::clamp<i64>(job.tasks, 1, threads));
+  // Everything is allocated here, before the parallel region: a failure is std::bad_alloc thrown
+  // to the dispatch (an Error(out_of_memory) there), never an exception inside OpenMP. Nothing in
+  // the region allocates or throws.
   job.part_acc = aligned_array<float>(rows * p.Dv);
   std::fill(job.part_acc.get(), job.part_acc.get() + rows * p.Dv, 0.f);
   job.part_state.assign(static_cast<std::size_t>(rows), vanilla::OnlineRow{});
-  // Per-thread scratch, allocated before the parallel region (an allocation failure throws here).
   std::vector<DecodeScratch> scratch(static_cast<std::size_t>(threads));
   for (DecodeScratch& w : scratch) {
     w.Qs = aligned_array<float>(p.Hq * p.Tq * p.D);

@@ -6,6 +6,8 @@
 //   s = scale * q.k  ->  s = cap * tanh(s / cap)  ->  s += bias  ->  s = -inf where masked
 //   (static mask, then segment ids)  ->  softmax over the visible columns plus the sink logit.
 // A row with no visible column gives probabilities 0 (so output 0) and lse -inf, never NaN.
+// Non-finite logits follow backends/common/softmax_policy.h: a NaN or +inf logit makes the row's
+// probabilities, output and lse NaN (as exp(inf - inf) does), a -inf logit has probability 0.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include <limits>
 
 #include "attnops/problem.h"
+#include "backends/common/softmax_policy.h"
 #include "backends/cpu/vanilla_simd.h"
 
 namespace attnops::cpu::ATTNOPS_TIER_NS::vanilla {
@@ -71,7 +74,9 @@ inline void finish_logits(const AttentionProblem& p, i64 b, i64 hq, i64 i, const
   }
 }
 
-// max over s[0..n) (-inf for n == 0).
+// max over s[0..n) (-inf for n == 0). It may skip a NaN (vector max returns its second operand
+// when either is NaN): callers carry NaN through exp_shift_sum, and check any_nan when the max
+// came out -inf.
 inline float row_max(const float* s, i64 n) {
   simd::V16 m = simd::set1(kNegInf);
   for (i64 j = 0; j < n; j += 16) {
@@ -79,6 +84,13 @@ inline float row_max(const float* s, i64 n) {
     m = simd::max(m, simd::select(first_lanes(w), simd::load_n(s + j, w), simd::set1(kNegInf)));
   }
   return simd::reduce_max(m);
+}
+
+// Whether any of s[0..n) is NaN (only asked on the rare paths below).
+inline bool any_nan(const float* s, i64 n) {
+  for (i64 j = 0; j < n; ++j)
+    if (s[j] != s[j]) return true;
+  return false;
 }
 
 // s[0..n) *= f.
@@ -98,14 +110,17 @@ inline void scale_row(float* s, i64 n, float f) {
 // which is their limit.
 inline float softmax_row(float* s, i64 n, const float* sink) {
   const float m = row_max(s, n);
-  if (m == kNegInf) {
+  if (m == kNegInf && !any_nan(s, n)) {
     std::fill(s, s + n, 0.f);
     return kNegInf;
   }
-  const float l = exp_shift_sum(s, n, m);
-  const float denom = l + (sink ? std::exp(*sink - m) : 0.f);
-  scale_row(s, n, 1.f / denom);
-  return m + std::log(l);
+  if (!std::isfinite(m)) {  // a NaN or +inf logit: the whole row is NaN
+    std::fill(s, s + n, std::numeric_limits<float>::quiet_NaN());
+    return std::numeric_limits<float>::quiet_NaN();
+  }
+  const float l = exp_shift_sum(s, n, m);  // NaN when a NaN logit hid from the max
+  scale_row(s, n, policy::row_factor(m, l, sink));
+  return policy::row_lse(m, l);
 }
 
 // Online-softmax state of one row over a stream of kv blocks (decode path): running max m,
@@ -117,10 +132,22 @@ struct OnlineRow {
 
 // Folds one block of final logits s[0..n) into (st, acc): s becomes exp(s - m_new) (0 where
 // masked) for the P.V step, acc and l are rescaled to the new max.
+// A NaN or +inf logit makes the row NaN for good (m, l and acc NaN; the merge keeps NaN); a NaN
+// the max skipped reaches l and acc through exp_shift_sum and P.V.
 inline void online_update(float* s, i64 n, OnlineRow& st, float* acc, i64 Dv) {
-  const float bm = row_max(s, n);
-  if (bm == kNegInf) {  // nothing visible in this block
-    std::fill(s, s + n, 0.f);
+  float bm = row_max(s, n);
+  if (bm == kNegInf) {
+    if (!any_nan(s, n)) {  // nothing visible in this block
+      std::fill(s, s + n, 0.f);
+      return;
+    }
+    bm = std::numeric_limits<float>::quiet_NaN();
+  }
+  if (!std::isfinite(bm) || std::isnan(st.m)) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    st.m = st.l = nan;
+    std::fill(acc, acc + Dv, nan);
+    std::fill(s, s + n, 0.f);  // acc is NaN already; P.V must not fold anything else in
     return;
   }
   const float mn = std::max(st.m, bm);

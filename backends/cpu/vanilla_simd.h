@@ -68,9 +68,10 @@ inline void store_row(const float* src, i64 n, DType t, void* dst) {
   }
 }
 
-// s[j] = exp(s[j] - m) for j < n, returning the sum; requires m finite and s[j] <= m or -inf
-// (masked). Arguments below -87 (s[j] == -inf included) give exactly 0 (simd::exp): exp(-87) =
-// 1.6e-38 is below fp32's smallest normal and invisible next to the row's maximum term exp(0) = 1.
+// s[j] = exp(s[j] - m) for j < n, returning the sum; requires m finite and s[j] <= m, -inf
+// (masked) or NaN. Arguments below -87 (s[j] == -inf included) give exactly 0 (simd::exp):
+// exp(-87) = 1.6e-38 is below fp32's smallest normal and invisible next to the row's maximum term
+// exp(0) = 1. A NaN stays NaN, and so makes the sum NaN (the non-finite policy).
 inline float exp_shift_sum(float* s, i64 n, float m) {
   const V16 mv = simd::set1(m);
   V16 acc = simd::zero();
@@ -163,8 +164,8 @@ inline void dot_key(const float* Q, i64 ldq, i64 R, const void* k, i64 D, float*
 
 // pv_block for RR (1..kDecodeRows) rows: for each slice of 16 * kPvVecs columns the accumulators
 // stay in registers while the n value rows stream through, so each V element is loaded once per
-// RR rows.
-template <DType DT, int RR>
+// RR rows. kSkipZeros: a weight of 0 is skipped, not multiplied (see pv_block).
+template <DType DT, int RR, bool kSkipZeros>
 inline void pv_tile(const float* P, i64 ldp, const void* V, i64 ldv, i64 n, i64 Dv, float* acc, i64 ldacc) {
   for (i64 c = 0; c < Dv; c += 16 * kPvVecs) {
     int w[kPvVecs];
@@ -180,7 +181,9 @@ inline void pv_tile(const float* P, i64 ldp, const void* V, i64 ldv, i64 n, i64 
       V16 vv[kPvVecs];
       for (int u = 0; u < kPvVecs; ++u) vv[u] = w[u] ? load_elems<DT>(v, c + 16 * u, w[u]) : simd::zero();
       for (int r = 0; r < RR; ++r) {
-        const V16 pj = simd::set1(P[r * ldp + j]);
+        const float pr = P[r * ldp + j];
+        if (kSkipZeros && pr == 0.f) continue;
+        const V16 pj = simd::set1(pr);
         for (int u = 0; u < kPvVecs; ++u) a[r][u] = simd::fma(pj, vv[u], a[r][u]);
       }
     }
@@ -191,8 +194,10 @@ inline void pv_tile(const float* P, i64 ldp, const void* V, i64 ldv, i64 n, i64 
 
 // acc[r * ldacc + c] += sum_j P[r * ldp + j] * V[j * ldv + c] for r < R, j < n, c < Dv: a block
 // of n value rows (dtype DT, rows ldv elements apart) folded into the R output rows of a GQA
-// group. Masked entries of P are exactly 0 and add nothing.
-template <DType DT>
+// group. Masked entries of P are exactly 0 and add nothing, unless their value row holds NaN or
+// inf (0 x inf = NaN): kSkipZeros (p.guard_nonfinite_v, operators/forward_glue.h) skips weights
+// of 0 instead of multiplying them.
+template <DType DT, bool kSkipZeros = false>
 inline void pv_block(const float* P, i64 ldp, i64 R, const void* V, i64 ldv, i64 n, i64 Dv, float* acc,
                      i64 ldacc) {
   for (i64 r0 = 0; r0 < R; r0 += kDecodeRows) {
@@ -200,16 +205,16 @@ inline void pv_block(const float* P, i64 ldp, i64 R, const void* V, i64 ldv, i64
     float* a = acc + r0 * ldacc;
     switch (R - r0 >= kDecodeRows ? kDecodeRows : R - r0) {
       case 4:
-        if constexpr (kDecodeRows >= 4) pv_tile<DT, 4>(p, ldp, V, ldv, n, Dv, a, ldacc);
+        if constexpr (kDecodeRows >= 4) pv_tile<DT, 4, kSkipZeros>(p, ldp, V, ldv, n, Dv, a, ldacc);
         break;
       case 3:
-        if constexpr (kDecodeRows >= 3) pv_tile<DT, 3>(p, ldp, V, ldv, n, Dv, a, ldacc);
+        if constexpr (kDecodeRows >= 3) pv_tile<DT, 3, kSkipZeros>(p, ldp, V, ldv, n, Dv, a, ldacc);
         break;
       case 2:
-        pv_tile<DT, 2>(p, ldp, V, ldv, n, Dv, a, ldacc);
+        pv_tile<DT, 2, kSkipZeros>(p, ldp, V, ldv, n, Dv, a, ldacc);
         break;
       default:
-        pv_tile<DT, 1>(p, ldp, V, ldv, n, Dv, a, ldacc);
+        pv_tile<DT, 1, kSkipZeros>(p, ldp, V, ldv, n, Dv, a, ldacc);
         break;
     }
   }

@@ -6,11 +6,19 @@
 #include <cmath>
 #include <limits>
 
+#include "backends/common/softmax_policy.h"
+
 namespace attnops::native {
 
 namespace {
 
-// Converts a strided BTHD view to a contiguous fp64 array [B, T, H, D].
+std::int64_t floor_div(std::int64_t a, std::int64_t b) {
+  std::int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+}  // namespace
+
 std::vector<double> to_f64(const TensorView& t) {
   const std::int64_t B = t.dim(0), T = t.dim(1), H = t.dim(2), D = t.dim(3);
   std::vector<double> r(static_cast<std::size_t>(B * T * H * D));
@@ -23,11 +31,6 @@ std::vector<double> to_f64(const TensorView& t) {
   return r;
 }
 
-std::int64_t floor_div(std::int64_t a, std::int64_t b) {
-  std::int64_t q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
-}
-
 bool visible(const AttentionProblem& p, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) {
   const std::int64_t pos = i + p.Tk - p.Tq;  // bottom-right alignment
   if (p.causal && j > pos) return false;
@@ -37,8 +40,6 @@ bool visible(const AttentionProblem& p, std::int64_t b, std::int64_t h, std::int
   if (p.seg_q && p.seg_q[b * p.Tq + i] != p.seg_kv[b * p.Tk + j]) return false;
   return true;
 }
-
-}  // namespace
 
 ReferenceResult reference_attention_f64(const AttentionProblem& p, bool want_weights) {
   const std::int64_t B = p.B, Tq = p.Tq, Tk = p.Tk, Hq = p.Hq, D = p.D, Dv = p.Dv, G = p.group();
@@ -56,33 +57,41 @@ ReferenceResult reference_attention_f64(const AttentionProblem& p, bool want_wei
       const std::int64_t kh = h / G;  // GQA: q head h reads kv head h / (Hq / Hkv)
       for (std::int64_t i = 0; i < Tq; ++i) {
         const double* qi = &q[static_cast<std::size_t>(((b * Tq + i) * Hq + h) * D)];
+        // The non-finite policy (backends/common/softmax_policy.h): a -inf logit is a mask, NaN
+        // and +inf propagate (nan_max keeps a NaN max), weight-0 keys add nothing.
         double m = ninf;
         bool any = false;
         for (std::int64_t j = 0; j < Tk; ++j) {
-          vis[static_cast<std::size_t>(j)] = visible(p, b, h, i, j);
-          if (!vis[static_cast<std::size_t>(j)]) continue;
+          char& vj = vis[static_cast<std::size_t>(j)];
+          vj = visible(p, b, h, i, j);
+          if (!vj) continue;
           const double* kj = &k[static_cast<std::size_t>(((b * Tk + j) * Hkv + kh) * D)];
           double dot = 0;
           for (std::int64_t d = 0; d < D; ++d) dot += qi[d] * kj[d];
           double x = p.scale * dot;
           if (p.soft_cap) x = *p.soft_cap * std::tanh(x / *p.soft_cap);
           if (p.bias) x += static_cast<double>(p.bias_row(b, h, i)[j]);
+          if (x == ninf) {  // a -inf logit masks its key
+            vj = 0;
+            continue;
+          }
           s[static_cast<std::size_t>(j)] = x;
-          if (x > m) m = x;
+          m = policy::nan_max(m, x);
           any = true;
         }
         if (!any) continue;  // fully masked row: out 0, lse -inf
         double l = 0;        // sum over visible keys, relative to m
         for (std::int64_t j = 0; j < Tk; ++j)
           if (vis[static_cast<std::size_t>(j)]) l += std::exp(s[static_cast<std::size_t>(j)] - m);
-        r.lse[static_cast<std::size_t>((b * Hq + h) * Tq + i)] = m + std::log(l);
-        double denom = l;
-        if (p.sinks) denom += std::exp(static_cast<double>(p.sinks[h]) - m);  // mass without value
+        r.lse[static_cast<std::size_t>((b * Hq + h) * Tq + i)] = policy::row_lse(m, l);
+        // The sink takes probability mass (denominator) without value.
+        const double factor = policy::row_factor(m, l, p.sinks ? p.sinks + h : nullptr);
         double* oi = &r.out[static_cast<std::size_t>(((b * Tq + i) * Hq + h) * Dv)];
         for (std::int64_t j = 0; j < Tk; ++j) {
           if (!vis[static_cast<std::size_t>(j)]) continue;
-          const double w = std::exp(s[static_cast<std::size_t>(j)] - m) / denom;
+          const double w = std::exp(s[static_cast<std::size_t>(j)] - m) * factor;
           if (want_weights) r.weights[static_cast<std::size_t>(((b * Hq + h) * Tq + i) * Tk + j)] = w;
+          if (w == 0) continue;  // weight 0 adds nothing, even a NaN / inf value
           const double* vj = &v[static_cast<std::size_t>(((b * Tk + j) * Hkv + kh) * Dv)];
           for (std::int64_t d = 0; d < Dv; ++d) oi[d] += w * vj[d];
         }

@@ -2,6 +2,7 @@
 // VanillaAttn::forward_native runs it; every test of every kernel compares against it.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "attnops/problem.h"
@@ -19,6 +20,12 @@ struct ReferenceResult {
   std::vector<double> lse;      // [B, Hq, Tq]; -inf for a fully masked row
   std::vector<double> weights;  // [B, Hq, Tq, Tk] when want_weights (else empty)
 };
+
+// Shared by the forward and backward oracles. to_f64: a BTHD view as a contiguous fp64 array
+// [B, T, H, D]. visible: whether query row i of q head h in batch b sees key j, evaluated from the
+// options as given (causal, window, chunk, user mask, segments), not from the combined Mask.
+std::vector<double> to_f64(const TensorView& t);
+bool visible(const AttentionProblem& p, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j);
 
 ReferenceResult reference_attention_f64(const AttentionProblem& p, bool want_weights);
 

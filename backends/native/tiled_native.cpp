@@ -15,6 +15,7 @@
 
 #include "attnops/error.h"
 #include "backends/common/block_map_impl.h"
+#include "backends/common/softmax_policy.h"
 
 namespace attnops::native {
 namespace {
@@ -103,13 +104,16 @@ void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBu
               float x = scale * dot;
               if (p.soft_cap) x = cap * std::tanh(x / cap);
               if (brow) x += brow[c];
-              srow[c] = x;
-              tile_max = std::max(tile_max, x);
+              srow[c] = x;  // -inf (a -inf bias) acts as a mask: weight 0 below
+              tile_max = policy::nan_max(tile_max, x);
             }
             if (tile_max == kNegInf) continue;  // nothing visible in this tile row: no update
-            // Online softmax: raise the running max, rescale what was accumulated so far.
-            const float m_new = std::max(m[static_cast<std::size_t>(r)], tile_max);
-            const float alpha = std::exp(m[static_cast<std::size_t>(r)] - m_new);  // exp(-inf) = 0 at first
+            // Online softmax: raise the running max, rescale what was accumulated so far. A NaN
+            // max (a NaN logit) makes alpha, l and acc NaN for good: the row ends NaN.
+            const float m_new = policy::nan_max(m[static_cast<std::size_t>(r)], tile_max);
+            const float alpha = m[static_cast<std::size_t>(r)] == kNegInf
+                                    ? 0.f  // first visible tile; exp(-inf - NaN) would be NaN
+                                    : std::exp(m[static_cast<std::size_t>(r)] - m_new);
             m[static_cast<std::size_t>(r)] = m_new;
             float* arow = &acc[static_cast<std::size_t>(r * Dv)];
             for (std::int64_t d = 0; d < Dv; ++d) arow[d] *= alpha;
@@ -118,6 +122,7 @@ void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBu
               if (srow[c] == kNegInf) continue;
               const float pr = std::exp(srow[c] - m_new);
               sum += pr;
+              if (pr == 0.f) continue;  // weight 0 adds nothing, even a NaN / inf value
               for (std::int64_t d = 0; d < Dv; ++d) arow[d] += pr * vf[static_cast<std::size_t>(c * Dv + d)];
             }
             l[static_cast<std::size_t>(r)] = l[static_cast<std::size_t>(r)] * alpha + sum;
@@ -129,24 +134,14 @@ void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBu
         for (std::int64_t r = 0; r < nr; ++r) {
           const std::int64_t i = i0 + r;
           const float mr = m[static_cast<std::size_t>(r)], lr = l[static_cast<std::size_t>(r)];
-          const bool empty = lr == 0.f;  // fully masked row: out stays 0, lse -inf
-          float factor = 0.f;
-          if (!empty) {
-            if (p.sinks) {
-              // Relative to M = max(m, sink) so that neither exponential overflows.
-              const float sink = p.sinks[h], M = std::max(mr, sink);
-              const float e = std::exp(mr - M);
-              factor = e / (lr * e + std::exp(sink - M));
-            } else {
-              factor = 1.f / lr;
-            }
-          }
+          const bool empty = lr == 0.f;  // fully masked row: out 0, lse -inf
+          const float factor = policy::row_factor(mr, lr, p.sinks ? p.sinks + h : nullptr);
           const std::int64_t obase = ((b * p.Tq + i) * p.Hq + h) * Dv;
           for (std::int64_t d = 0; d < Dv; ++d) {
             const float o = empty ? 0.f : acc[static_cast<std::size_t>(r * Dv + d)] * factor;
             store_from_float(buffers.out.data(), p.dtype, static_cast<std::size_t>(obase + d), o);
           }
-          if (lse) lse[(b * p.Hq + h) * p.Tq + i] = empty ? kNegInf : mr + std::log(lr);
+          if (lse) lse[(b * p.Hq + h) * p.Tq + i] = policy::row_lse(mr, lr);
         }
       }
     }

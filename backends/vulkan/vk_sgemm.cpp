@@ -3,6 +3,7 @@
 #include <string>
 
 #include "attnops/error.h"
+#include "backends/vulkan/vk_batch.h"
 #include "backends/vulkan/vk_runtime.h"
 #include "backends/vulkan/vulkan_sgemm.h"
 
@@ -14,8 +15,8 @@ void sgemm(const float* a, const float* b, float* c, std::int64_t M, std::int64_
     throw Error(ErrorCode::invalid_argument, "sgemm: M, N, K must be positive multiples of 4, got " +
                                                  std::to_string(M) + ", " + std::to_string(N) + ", " +
                                                  std::to_string(K));
-  rt::Context& ctx = rt::context(settings);
-  const std::uint64_t range = ctx.physical().info.max_storage_buffer_range;
+  const auto dev = rt::device(settings);
+  const std::uint64_t range = dev->caps().max_storage_buffer_range;
   const std::uint64_t bytes_a = static_cast<std::uint64_t>(M * K) * 4u,
                       bytes_b = static_cast<std::uint64_t>(K * N) * 4u,
                       bytes_c = static_cast<std::uint64_t>(M * N) * 4u;
@@ -24,24 +25,20 @@ void sgemm(const float* a, const float* b, float* c, std::int64_t M, std::int64_
                 "sgemm: a matrix exceeds maxStorageBufferRange (" + std::to_string(range) + " bytes)");
   const std::uint32_t groups[3] = {static_cast<std::uint32_t>((N / 4 + 7) / 8),
                                    static_cast<std::uint32_t>((M / 4 + 7) / 8), 1u};
-  std::lock_guard<std::mutex> lock(ctx.mutex());
-  VkDevice dev = ctx.device();
-  // Specialization constants are unused by sgemm.comp (its workgroup is fixed at 8 x 8).
-  const VkPipeline pipeline = ctx.pipeline(rt::PipelineKey{rt::Shader::sgemm, 1, 0, 0, 0});
-  ctx.persist_cache(settings.pipeline_cache);
-  // Bindings 0 (A), 1 (B), 3 (C); the others get small dummies, as every binding must be valid.
-  rt::Buffer bufs[rt::Context::kBindings];
-  for (std::uint32_t i = 0; i < rt::Context::kBindings; ++i)
-    bufs[i] = ctx.make_buffer(i == 0 ? bytes_a : i == 1 ? bytes_b : i == 3 ? bytes_c : 16u);
-  std::memcpy(bufs[0].mapped, a, bytes_a);
-  std::memcpy(bufs[1].mapped, b, bytes_b);
-  rt::flush(dev, bufs[0]);
-  rt::flush(dev, bufs[1]);
+  std::lock_guard<std::mutex> lock(dev->mutex());
+  rt::Batch batch(*dev, false);
+  const rt::Slice sa = batch.scratch(bytes_a), sb = batch.scratch(bytes_b), sc = batch.scratch(bytes_c);
+  batch.upload(sa, 0, bytes_a, [&](std::byte* p) { std::memcpy(p, a, bytes_a); });
+  batch.upload(sb, 0, bytes_b, [&](std::byte* p) { std::memcpy(p, b, bytes_b); });
+  rt::PipelineKey key;  // sgemm.comp has no specialization constants (its workgroup is 8 x 8)
+  key.shader = rt::ShaderId::sgemm;
   const std::int32_t push[3] = {static_cast<std::int32_t>(M), static_cast<std::int32_t>(N),
                                 static_cast<std::int32_t>(K)};
-  ctx.dispatch(pipeline, bufs, push, sizeof push, groups);
-  rt::invalidate(dev, bufs[3]);
-  std::memcpy(c, bufs[3].mapped, bytes_c);
+  // Bindings 0 (A), 1 (B), 3 (C); binding 2 is unused by the shader.
+  batch.dispatch(key, {sa, sb, rt::Slice{}, sc}, push, sizeof push, groups, "sgemm");
+  batch.download(sc, 0, bytes_c, [&](const std::byte* p) { std::memcpy(c, p, bytes_c); });
+  batch.submit();
+  dev->persist_cache(settings.pipeline_cache);
 }
 
 }  // namespace attnops::vulkan

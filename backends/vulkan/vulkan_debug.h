@@ -28,12 +28,52 @@ ValidationCounts validation_counts();
 std::vector<std::string> validation_messages();
 void reset_validation_counts();
 
-// While on, run() fails with Error(gpu_error) after allocating its device buffers and before
-// submitting, as a lost device would (ATTNOPS_VK_INJECT_FAULT=1 in the environment does the
-// same). For testing the dispatcher's fallback and the backend's cleanup path.
-void set_inject_fault(bool on);
-// Whether the next run() fails by injection (the flag above or the environment variable).
-bool inject_fault_active();
+// Fault injection, for tests of the fallback and cleanup paths. While a fault is set:
+//  - device_lost: the next submission fails with VK_ERROR_DEVICE_LOST and the device is marked
+//    lost (every later call on it fails fast; the runtime replaces it on the next call);
+//  - out_of_memory: every device-memory allocation fails with VK_ERROR_OUT_OF_DEVICE_MEMORY.
+// ATTNOPS_VK_INJECT_FAULT in the environment does the same: 1 or device_lost, oom.
+enum class Fault { none, device_lost, out_of_memory };
+void set_inject_fault(Fault f);
+inline void set_inject_fault(bool on) {
+  set_inject_fault(on ? Fault::device_lost : Fault::none);
+}
+// The fault in force (the setter's, else the environment's).
+Fault injected_fault();
+bool inject_fault_active();  // injected_fault() != Fault::none
+
+// Caps the device memory the runtime reserves per pool (0 = only the device's budget), so tests
+// reach the out-of-memory path with small problems.
+void set_memory_limit(std::uint64_t bytes);
+std::uint64_t memory_limit();
+
+// Forces the staging path (copies through the staging ring) on devices whose memory is
+// host-visible; read when a device is created (so call release() around it). Also
+// ATTNOPS_VK_FORCE_STAGING=1.
+void set_force_staging(bool on);
+bool force_staging();
+
+// Vulkan objects the runtime created so far, process-wide (the steady-state test: a call of a
+// shape class that already ran creates none; submissions: one per call).
+struct ObjectCounts {
+  std::uint64_t devices = 0, buffers = 0, memory = 0, descriptor_pools = 0, descriptor_sets = 0,
+                command_pools = 0, command_buffers = 0, pipelines = 0, query_pools = 0, fences = 0,
+                submissions = 0;
+  bool operator==(const ObjectCounts&) const = default;
+};
+ObjectCounts object_counts();
+
+// Bytes of device memory the selected device's pool holds in blocks / hands out in slices
+// (throws Error(backend_unavailable) without a device).
+struct MemoryUse {
+  std::uint64_t reserved = 0, live = 0;
+  bool direct_access = false;  // device memory used through its mapping
+};
+MemoryUse memory_use(const GpuSettings& settings = {});
+
+// What the runtime knows about the selected device (subgroups, shared memory, cooperative
+// matrices, timestamps, memory): a one-line summary for `attnops info` and failure messages.
+std::string device_summary(const GpuSettings& settings = {});
 
 // Caps the storage buffer range the backend plans with below the device's
 // maxStorageBufferRange (0 = no cap), so tests reach the size limits with small problems.

@@ -1,5 +1,6 @@
 // The Vulkan backend when it is not built (ATTNOPS_WITH_VULKAN=OFF, or no loader / glslc at
 // configure time): no devices, never available, run() throws Error(backend_unavailable).
+#include "attnops/device_tensor.h"
 #include "attnops/error.h"
 #include "backends/vulkan/vulkan_backend.h"
 #include "backends/vulkan/vulkan_debug.h"
@@ -26,6 +27,17 @@ std::optional<Reason> check_inputs(Kernel, const AttentionProblem&, const GpuSet
 void run(Kernel, const AttentionProblem&, const BlockMap*, const GpuSettings&, AttentionBuffers&) {
   throw Error(ErrorCode::backend_unavailable, kWhy);
 }
+std::optional<Reason> check_backward_inputs(const BackwardProblem&, const GpuSettings&) {
+  return Reason{ReasonCode::backend_unavailable, kWhy};
+}
+void run_backward(const BackwardProblem&, const GpuSettings&, GradientBuffers&) {
+  throw Error(ErrorCode::backend_unavailable, kWhy);
+}
+
+void release() {}
+std::optional<GpuRates> measure_rates(const GpuSettings&) {
+  return std::nullopt;
+}
 
 void sgemm(const float*, const float*, float*, std::int64_t, std::int64_t, std::int64_t, const GpuSettings&) {
   throw Error(ErrorCode::backend_unavailable, kWhy);
@@ -42,9 +54,29 @@ std::vector<std::string> validation_messages() {
   return {};
 }
 void reset_validation_counts() {}
-void set_inject_fault(bool) {}
+void set_inject_fault(Fault) {}
+Fault injected_fault() {
+  return Fault::none;
+}
 bool inject_fault_active() {
   return false;
+}
+void set_memory_limit(std::uint64_t) {}
+std::uint64_t memory_limit() {
+  return 0;
+}
+void set_force_staging(bool) {}
+bool force_staging() {
+  return false;
+}
+ObjectCounts object_counts() {
+  return {};
+}
+MemoryUse memory_use(const GpuSettings&) {
+  throw Error(ErrorCode::backend_unavailable, kWhy);
+}
+std::string device_summary(const GpuSettings&) {
+  throw Error(ErrorCode::backend_unavailable, kWhy);
 }
 void set_max_buffer_bytes(std::uint64_t) {}
 std::uint64_t max_buffer_bytes() {
@@ -56,3 +88,12 @@ void plant_mistake(Mistake, const GpuSettings&) {
 }  // namespace debug
 
 }  // namespace attnops::vulkan
+
+namespace attnops {
+DeviceTensor DeviceTensor::zeros(DType, std::vector<std::int64_t>, const GpuSettings&) {
+  throw Error(ErrorCode::backend_unavailable, vulkan::kWhy);
+}
+DeviceTensor DeviceTensor::from_host(const TensorView&, const GpuSettings&) {
+  throw Error(ErrorCode::backend_unavailable, vulkan::kWhy);
+}
+}  // namespace attnops

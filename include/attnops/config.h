@@ -9,6 +9,8 @@
 //   blocksize_k: 128
 //   num_threads: 0                     # 0 = OpenMP default
 //   gpu: {device: "", allow_software: false, pipeline_cache: ""}
+//   # optional, see cost.h: gpu: {cost_rates: {cpu_gflops: 50, gpu_gflops: 500, upload_gbps: 10,
+//   #                                          download_gbps: 10, call_us: 30}}
 //   operators:
 //     blocksparse:                     # canonical name or alias
 //       backend: [cpu, native]
@@ -58,6 +60,7 @@ struct Config {
   std::optional<std::string> gpu_device;
   std::optional<bool> gpu_allow_software;
   std::optional<std::string> gpu_pipeline_cache;
+  std::optional<CostRates> gpu_cost_rates;  // gpu.cost_rates: {cpu_gflops, gpu_gflops, upload_gbps, ...}
   std::map<std::string, OperatorConfig> operators;  // key as written (may be an alias)
 
   // The metadata for one operator: `defaults` (the operator's own), then the top-level keys,
@@ -65,6 +68,14 @@ struct Config {
   OperationMetadata metadata_for(const std::string& canonical, const std::vector<std::string>& aliases,
                                  const OperationMetadata& defaults) const;
 };
+
+// The largest YAML file attnops reads (256 KiB; configs are a few hundred bytes): a larger file,
+// or an endless stream such as /dev/zero, is an Error(config_error) after a bounded read.
+inline constexpr std::int64_t kMaxConfigBytes = std::int64_t{256} << 10;
+
+// The text of a YAML file (`what`: "config file", "bench file"), at most kMaxConfigBytes;
+// Error(io_error) when it cannot be read, Error(config_error) when it is larger.
+std::string read_yaml_file(const std::string& path, const std::string& what);
 
 Config load_config(const std::string& path);                                     // throws Error
 Config parse_config(std::string_view yaml_text, const std::string& source = "<string>");

@@ -20,6 +20,7 @@ enum class ErrorCode {
   not_implemented,      // the operator has no forward for this backend
   unsupported_feature,  // the backend cannot run these inputs (too large, head_dim, ...)
   gpu_error,            // a runtime GPU failure (out of memory, device lost, timeout)
+  out_of_memory,        // host memory for a tensor or a kernel's working set could not be allocated
   internal,             // a bug in attnops
 };
 

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -51,6 +53,9 @@ class Host {
   virtual std::vector<GpuDeviceInfo> gpu_devices(const GpuSettings& settings) const = 0;
   // Whether `backend` can run on this host at all (not whether it supports given inputs).
   virtual Availability availability(Backend backend, const GpuSettings& settings) const = 0;
+  // Rates for auto's cost rule (cost.h) on the gpu `settings` select, and where they came from
+  // ("cache FILE", "measured"); nullopt = no rule (the gpu is tried first, as without rates).
+  virtual std::optional<std::pair<CostRates, std::string>> cost_rates(const GpuSettings& settings) const;
 };
 
 // The real host (cpuid + Vulkan loader), shared process-wide; probes are cached.

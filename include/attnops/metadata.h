@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "attnops/cost.h"
 #include "attnops/decision.h"
 #include "attnops/dtype.h"
 
@@ -26,6 +27,7 @@ struct GpuSettings {
   std::string device;           // index or name substring; empty = best (discrete > integrated > virtual)
   bool allow_software = false;  // allow lavapipe/llvmpipe (VK_PHYSICAL_DEVICE_TYPE_CPU)
   std::string pipeline_cache;   // file to persist the Vulkan pipeline cache in; empty = none
+  std::optional<CostRates> cost_rates;  // auto's cost rule (cost.h); nullopt = cached or measured
   bool operator==(const GpuSettings&) const = default;
 };
 

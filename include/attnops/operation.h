@@ -6,6 +6,11 @@
 // defaults throw Error(not_implemented) and, for tpu, Error(backend_unavailable). The dispatcher
 // never calls a forward whose check_backend() rejected the call, so those throws are a safety
 // net, not control flow.
+//
+// The backward pass mirrors this: implements_backward / check_backward_inputs gate the
+// candidates, backward_native is the fp64 oracle, backward_cpu / backward_gpu / backward_tpu are
+// optional (defaults: not_implemented, and backend_unavailable for tpu). An operator without
+// backward_* overrides is forward-only: the dispatcher rejects every backend for its backward.
 #pragma once
 
 #include <memory>
@@ -13,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "attnops/backward.h"
 #include "attnops/decision.h"
 #include "attnops/metadata.h"
 #include "attnops/options.h"
@@ -44,6 +50,15 @@ class OperationImpl {
   virtual AttentionOutput forward_gpu(const AttentionProblem& p);
   virtual AttentionOutput forward_tpu(const AttentionProblem& p);
   AttentionOutput forward(Backend backend, const AttentionProblem& p);
+
+  // Backward: gradients of the forward this operator ran (see backward.h).
+  virtual bool implements_backward(Backend) const { return false; }
+  virtual std::optional<Reason> check_backward_inputs(Backend backend, const BackwardProblem& p) const;
+  virtual AttentionGradients backward_native(const BackwardProblem& p);
+  virtual AttentionGradients backward_cpu(const BackwardProblem& p);
+  virtual AttentionGradients backward_gpu(const BackwardProblem& p);
+  virtual AttentionGradients backward_tpu(const BackwardProblem& p);
+  AttentionGradients backward(Backend backend, const BackwardProblem& p);
 
  private:
   OperationMetadata metadata_;

@@ -1,10 +1,13 @@
 // Per-call attention options (what model code passes on each call) and the AttentionOutput.
+// q, k and v may be host tensors or device tensors (device_tensor.h) in any mix; the output stays
+// on the device when q is there. Options tensors (bias, segment ids, sinks) are host tensors.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 
 #include "attnops/decision.h"
+#include "attnops/device_tensor.h"
 #include "attnops/mask.h"
 #include "attnops/tensor.h"
 
@@ -30,10 +33,12 @@ struct AttentionOptions {
   std::optional<Mask> mask{};                  // extra static mask, ANDed with the above
   bool return_lse = false;                   // lse [B, Hq, Tq] f32 (natural log; -inf if empty)
   bool return_weights = false;               // probabilities [B, Hq, Tq, Tk] f32; vanilla only
+  bool profile = false;                      // time the call (decision.run.timings); also ATTNOPS_PROFILE=1
 };
 
 struct AttentionOutput {
-  Tensor attention_outputs;                 // [B, Tq, Hq, Dv], in the runtime dtype
+  Tensor attention_outputs;                 // [B, Tq, Hq, Dv], in the runtime dtype (empty when on the device)
+  DeviceTensor device_attention_outputs;    // the same, when q was a device tensor (gpu only)
   std::optional<Tensor> lse;                // [B, Hq, Tq] f32 when return_lse
   std::optional<Tensor> attention_weights;  // [B, Hq, Tq, Tk] f32 when return_weights
   DispatchDecision decision;                // which operator and backend ran, and why

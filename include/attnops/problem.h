@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attnops/decision.h"
+#include "attnops/device_tensor.h"
 #include "attnops/mask.h"
 #include "attnops/metadata.h"
 #include "attnops/options.h"
@@ -55,24 +56,45 @@ struct AttentionProblem {
 
   bool want_lse = false;
   bool want_weights = false;
+  bool profile = false;  // options.profile or ATTNOPS_PROFILE=1: backends report timings
+  bool on_device() const { return q.on_device() || k.on_device() || v.on_device(); }
   std::int64_t blocksize_q = 128, blocksize_k = 128;
-  int num_threads = 0;  // 0 = OpenMP default
+  int num_threads = 0;  // 0 = OpenMP default; never above max_worker_threads()
+
+  // v holds a NaN or an infinity. Set by the forward glue only when a first run produced a
+  // non-finite output and v is found to hold one; kernels then never multiply a weight of 0 by
+  // v (0 x inf = NaN would let a masked key's value reach the row), at some cost in speed.
+  bool guard_nonfinite_v = false;
 
   // Storage of converted inputs (pointers above may point here).
   std::vector<Tensor> owned;
 };
 
+// The most worker threads one call uses: this machine's hardware threads (at least 1). A larger
+// num_threads (metadata, YAML, --threads) and a larger OpenMP default are clamped to it.
+int max_worker_threads();
+
 // Validates and normalises one call. Throws attnops::Error (shape_mismatch, unsupported_dtype,
 // invalid_argument) whose message names the argument, the shape found and the shape expected.
+// Besides shapes and dtypes it refuses what fp32 kernels cannot compute faithfully: outputs
+// larger than kMaxTensorBytes, a soft cap outside the normal f32 range, and a softmax_scale
+// above 1 that can carry finite inputs past the f32 range (|scale| * D * max|q| * max|k| >
+// FLT_MAX, over the finite elements of q and k; checked only for |scale| > 1, so the default
+// 1/sqrt(D) costs nothing).
 AttentionProblem make_problem(const TensorView& q, const TensorView& k, const TensorView& v,
                               const AttentionOptions& options, const OperationMetadata& metadata);
 
 // Output storage of one call, allocated for a problem: out [B, Tq, Hq, Dv] in problem.dtype,
-// zero-filled; lse [B, Hq, Tq] f32 when want_lse; weights [B, Hq, Tq, Tk] f32 when want_weights.
+// zero-filled (not allocated when q is on the device: the gpu backend allocates device_out);
+// lse [B, Hq, Tq] f32 when want_lse; weights [B, Hq, Tq, Tk] f32 when want_weights.
+// (Large tensors come zeroed from the OS, so the zero fill costs no pass over memory; kernels
+// still write every element of out and lse, except vanilla cpu, which leaves fully masked
+// rows' out and invisible weights at the zero they start with.)
 struct AttentionBuffers {
   Tensor out;
   std::optional<Tensor> lse;
   std::optional<Tensor> weights;
+  DeviceTensor device_out;  // the output when q is on the device (then `out` stays empty)
   RunInfo run;  // the kernel fills it in; it ends up in AttentionOutput::decision.run
 };
 AttentionBuffers allocate_buffers(const AttentionProblem& p);

@@ -6,7 +6,9 @@
 //
 // Registration is an explicit list (register_builtin_operators), never static initialisers.
 // A Registry can be built for tests with an injected Host and injected operator factories.
-// All methods are thread-safe; an Attention handle is immutable and can be shared by threads.
+// All methods are thread-safe: entries are immutable once added and held by shared pointers, so
+// get() and entry() copy what they need under the lock while add() may replace or append entries
+// concurrently. An Attention handle is immutable and can be shared by threads.
 #pragma once
 
 #include <functional>
@@ -45,6 +47,19 @@ class Attention {
   DispatchDecision plan(const TensorView& q, const TensorView& k, const TensorView& v,
                         const AttentionOptions& options = {}) const;
 
+  // The backward of a call with these inputs and options (see backward.h): out and lse are that
+  // forward's results (call it with return_lse = true), dout the gradient of out. The operator
+  // the forward ran (after the same fallbacks) runs the backward, on the first backend candidate
+  // that implements it; the result carries its own decision (pass "backward").
+  AttentionGradients backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                              const TensorView& out, const TensorView& lse, const TensorView& dout,
+                              const AttentionOptions& options = {}) const;
+  // The same, with out and lse taken from the forward's result (Error invalid_argument when it
+  // has no lse).
+  AttentionGradients backward(const TensorView& q, const TensorView& k, const TensorView& v,
+                              const AttentionOutput& forward, const TensorView& dout,
+                              const AttentionOptions& options = {}) const;
+
   const std::string& name() const { return requested_; }
   const OperationImpl& op() const { return *op_; }
   const OperationImpl& fallback() const { return *vanilla_; }
@@ -72,17 +87,20 @@ class Registry {
   Attention get(std::string_view name, const OperationMetadata& metadata) const;
 
   std::vector<std::string> list() const;            // canonical names, sorted
-  const OperationEntry& entry(std::string_view name_or_alias) const;  // throws unknown_operator
+  // A copy of the entry (a reference could dangle once add() replaces it); throws unknown_operator.
+  OperationEntry entry(std::string_view name_or_alias) const;
   std::string canonical(std::string_view name_or_alias) const;       // throws unknown_operator
   const Host& host() const { return *host_; }
   std::shared_ptr<const Host> host_ptr() const { return host_; }
 
  private:
+  using EntryPtr = std::shared_ptr<const OperationEntry>;
   Attention make(const OperationEntry& e, const OperationMetadata& md, const Config* config) const;
-  const OperationEntry* find(std::string_view name) const;
+  EntryPtr find(std::string_view name) const;    // caller holds mu_
+  EntryPtr lookup(std::string_view name) const;  // takes mu_; throws unknown_operator
   std::shared_ptr<const Host> host_;
   mutable std::mutex mu_;
-  std::vector<OperationEntry> entries_;
+  std::vector<EntryPtr> entries_;
 };
 
 // vanilla, blocksparse (alias splash), flash_attn2 (alias flash): the explicit list.

@@ -21,12 +21,20 @@
 namespace attnops {
 
 inline constexpr int kMaxRank = 4;
+// The largest tensor, in bytes, attnops allocates: 2^47 (128 TiB), the x86-64 user address
+// space, so no larger request can succeed. Shapes whose element or byte count would exceed it
+// (or overflow int64) are an Error(invalid_argument) naming the shape, never a wrapped size.
+inline constexpr std::int64_t kMaxTensorBytes = std::int64_t{1} << 47;
 
 class Tensor;
+class DeviceStorage;
 
 class TensorView {
  public:
   TensorView() = default;
+  // Every constructor checks the shape: rank <= 4, dimensions >= 0, and an element count (and,
+  // for explicit strides, a byte extent) that fits in int64; otherwise Error(shape_mismatch /
+  // invalid_argument) naming the shape.
   // Contiguous row-major view over `data`.
   TensorView(const void* data, DType dtype, std::initializer_list<std::int64_t> shape);
   TensorView(const void* data, DType dtype, const std::vector<std::int64_t>& shape);
@@ -34,8 +42,16 @@ class TensorView {
   TensorView(const void* data, DType dtype, const std::vector<std::int64_t>& shape,
              const std::vector<std::int64_t>& strides);
   TensorView(const Tensor& t);  // NOLINT(google-explicit-constructor): Tensor -> view is free
+  // A view of GPU memory (made by DeviceTensor::view()); `offset` in elements.
+  TensorView(const DeviceStorage* storage, std::int64_t offset, DType dtype, const std::vector<std::int64_t>& shape,
+             const std::vector<std::int64_t>& strides);
 
-  bool empty() const { return data_ == nullptr && rank_ == 0; }
+  bool empty() const { return data_ == nullptr && device_ == nullptr && rank_ == 0; }
+  // Device views (DeviceTensor): data() is null; the elements live in device_storage() from
+  // element device_offset() on. Only the gpu backend reads them.
+  bool on_device() const { return device_ != nullptr; }
+  const DeviceStorage* device_storage() const { return device_; }
+  std::int64_t device_offset() const { return device_offset_; }
   const void* data() const { return data_; }
   template <class T> const T* data_as() const { return static_cast<const T*>(data_); }
   DType dtype() const { return dtype_; }
@@ -56,14 +72,20 @@ class TensorView {
   int rank_ = 0;
   std::array<std::int64_t, kMaxRank> shape_{};
   std::array<std::int64_t, kMaxRank> strides_{};
+  const DeviceStorage* device_ = nullptr;
+  std::int64_t device_offset_ = 0;
 };
 
 class Tensor {
  public:
   Tensor() = default;
-  Tensor(DType dtype, std::vector<std::int64_t> shape);  // zero-initialised
+  // Zero-initialised, 64-byte aligned. Throws Error(invalid_argument) for a shape of more than
+  // kMaxTensorBytes bytes and Error(out_of_memory) when the allocation fails. Large tensors are
+  // mapped from the OS (already zero, no memset; transparent huge pages requested).
+  Tensor(DType dtype, std::vector<std::int64_t> shape);
   static Tensor zeros(DType dtype, std::vector<std::int64_t> shape) { return Tensor(dtype, std::move(shape)); }
-  // Deep copy of any view into a contiguous tensor, converting float dtypes (f32/f16/bf16 among
+  // Deep copy of any host view into a contiguous tensor (Error invalid_argument for a device
+  // view: use DeviceTensor::to_host), converting float dtypes (f32/f16/bf16 among
   // themselves, i32/i64 among themselves with a range check).
   static Tensor copy_of(const TensorView& v, DType to);
   static Tensor copy_of(const TensorView& v) { return copy_of(v, v.dtype()); }
@@ -95,5 +117,9 @@ class Tensor {
 
 // "[2, 128, 8, 64]"
 std::string shape_string(const std::vector<std::int64_t>& shape);
+
+// True when no element of the view is NaN or +-inf (integer views: always). One pass over the
+// elements (exponent bits only), any strides.
+bool all_finite(const TensorView& t);
 
 }  // namespace attnops

@@ -56,7 +56,8 @@ CliResult run_cli(const std::vector<std::string>& args,
     if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   for (const char* name :
-       {"ATTNOPS_LOG", "ATTNOPS_FORCE_NATIVE", "ATTNOPS_VK_ALLOW_SOFTWARE", "ATTNOPS_VK_DEVICE"})
+       {"ATTNOPS_LOG", "ATTNOPS_FORCE_NATIVE", "ATTNOPS_VK_ALLOW_SOFTWARE", "ATTNOPS_VK_DEVICE", "ATTNOPS_VK_VALIDATION",
+        "ATTNOPS_VK_INJECT_FAULT", "ATTNOPS_VK_FORCE_STAGING", "ATTNOPS_PROFILE"})
     vars.erase(name);
   for (const auto& [k, v] : env) {
     if (v)

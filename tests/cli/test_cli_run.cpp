@@ -412,5 +412,31 @@ INSTANTIATE_TEST_SUITE_P(
         std::make_pair("empty", std::string())),
     [](const auto& info) { return std::string(info.param.first); });
 
+// The first real GPU showed processes dying at exit after a correct run: `attnops run --backend
+// gpu` must exit 0 (validation on), and --explain reports where the data was and, with
+// --profile, the timings.
+TEST(CliRunGpu, RunsOnTheGpuAndExitsZero) {
+  const Inputs in(1, 40, 56, 4, 2, 32);
+  const CliResult r = run_cli(in.args("flash_attn2", {"--backend", "gpu", "--explain", "--profile"}),
+                              {{"ATTNOPS_VK_ALLOW_SOFTWARE", "1"}, {"ATTNOPS_VK_VALIDATION", "1"}});
+  expect_ok(r);
+  const auto j = nlohmann::json::parse(r.last_err_line());
+  if (j["backend"] != "gpu") GTEST_SKIP() << "no Vulkan device: " << r.last_err_line();
+  EXPECT_EQ(j["inputs"], "host");
+  EXPECT_EQ(j["output"], "host");
+  EXPECT_GT(j["bytes_to_device"].get<double>(), 0);
+  EXPECT_EQ(j["bytes_to_host"].get<double>(), 40.0 * 4 * 32 * 4);
+  ASSERT_TRUE(j.contains("timings")) << r.last_err_line();
+  EXPECT_GT(j["timings"]["wall_ms"].get<double>(), 0);
+  // The output is right.
+  const Tensor out = read_npy(in.out_path);
+  const auto want = oracle(in, AttentionOptions{});
+  EXPECT_LT(max_abs_diff(out, want.out), 2e-5);
+  // Without validation too, and with the staging path.
+  const CliResult r2 = run_cli(in.args("vanilla", {"--backend", "gpu"}),
+                               {{"ATTNOPS_VK_ALLOW_SOFTWARE", "1"}, {"ATTNOPS_VK_FORCE_STAGING", "1"}});
+  expect_ok(r2);
+}
+
 }  // namespace
 }  // namespace attnops::cli

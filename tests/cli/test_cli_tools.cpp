@@ -73,6 +73,26 @@ TEST(BenchSpec, LoadsFileAndRejectsUnknownKeys) {
   EXPECT_THROW(load_bench_file(dir.file("bad2.yaml")), Error);
 }
 
+// Found by fuzz/fuzz_bench_file: a list as a key escaped as a yaml-cpp exception, and a key with
+// a control byte was echoed raw. Both are config_errors naming the file, with the byte escaped.
+TEST(BenchSpec, FuzzFindingsAreConfigErrors) {
+  const auto message = [](const std::string& text) -> std::string {
+    try {
+      parse_bench_text(text, "b.yaml");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::config_error) << e.what();
+      return e.what();
+    }
+    ADD_FAILURE() << "accepted: " << text;
+    return "";
+  };
+  EXPECT_THAT(message("[a]: 1\n"), HasSubstr("b.yaml:1:1: key: expected a name"));
+  const std::string m = message("ops: [vanilla]\nshap\x1b[2Jes: 1\n");
+  EXPECT_THAT(m, HasSubstr("b.yaml:2:1: shap\\x1b[2Jes: unknown key"));
+  EXPECT_EQ(m.find('\x1b'), std::string::npos) << m;
+  EXPECT_EQ(parse_bench_text("repeats: 4\n", "b.yaml").repeats, 4);
+}
+
 TEST(Settings, BackendFlagOverridesEveryConfigLevel) {
   Config c = parse_config(
       "backend: [gpu]\ndisabled_backends: [cpu]\noperators:\n  vanilla:\n    backend: [native]\n");
@@ -168,7 +188,9 @@ TEST(CliInfo, ConfigCanDisableABackend) {
   testing::write_file(dir.file("c.yaml"), "disabled_backends: [cpu]\n");
   const CliResult r = run_cli({"info", "--json", "--config", dir.file("c.yaml")});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const auto& row : nlohmann::json::parse(r.out)["operators"])
+  // The document must outlive the loop: a range-for over a member of a temporary dangles.
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  for (const auto& row : doc["operators"])
     if (row["backend"] == "cpu") {
       EXPECT_FALSE(row["tried"].get<bool>());
       EXPECT_EQ(row["why_not"], "disabled_by_config");

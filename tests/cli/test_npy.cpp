@@ -2,6 +2,7 @@
 // test per malformed input (each must be an io_error naming the file, never a crash).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "attnops/attnops.h"
 #include "cli/npy.h"
@@ -183,8 +185,8 @@ TEST(NpyMalformed, HeaderLengthLies) {
   expect_io_error(img, "header claims 65535 bytes");
   std::string img2 =
       npy_image(2, "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", floats({1, 2}));
-  img2[11] = '\x7f';  // ~2 GiB header
-  expect_io_error(img2, "header claims");
+  img2[11] = '\x7f';  // ~2 GiB header: refused by the header limit before anything is read
+  expect_io_error(img2, "exceeds the 65535-byte limit");
 }
 
 TEST(NpyMalformed, HeaderLengthTooShortCutsTheDictionary) {
@@ -316,6 +318,79 @@ TEST(NpyFiles, MissingFileAndDirectory) {
     EXPECT_THAT(e.what(), HasSubstr("directory"));
   }
   EXPECT_THROW(write_npy(dir.file("no/such/dir/x.npy"), Tensor(DType::f32, {1})), Error);
+}
+
+// A shape number of 19+ digits overflowed the signed multiply in the header parser (UBSan) and
+// came out as a negative dimension in a message naming no file.
+TEST(NpyHeaderNumbers, HugeDimensionsAreRejectedBeforeOverflowing) {
+  for (const char* n : {"4611686018427387905", "9223372036854775807", "18446744073709551617",
+                        "99999999999999999999999999999"}) {
+    SCOPED_TRACE(n);
+    expect_io_error(
+        npy_image(1, std::string("{'descr': '<f4', 'fortran_order': False, 'shape': (") + n + ", 2), }", ""),
+        "dimension too large");
+  }
+}
+
+// Header text in messages has its control bytes escaped (an ESC sequence in descr or in a key
+// must not reach the terminal).
+TEST(NpyHeaderText, ControlBytesAreEscapedInMessages) {
+  for (const std::string& header :
+       {std::string("{'descr': '\x1b]0;pwned\x07', 'fortran_order': False, 'shape': (1,), }"),
+        std::string("{'\x1b[2J': 1, 'descr': '<f4', 'fortran_order': False, 'shape': (1,), }")}) {
+    try {
+      parse_npy(npy_image(1, header, std::string(4, '\0')), "esc.npy");
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_EQ(what.find('\x1b'), std::string::npos) << what;
+      EXPECT_THAT(what, HasSubstr("\\x1b"));
+    }
+  }
+}
+
+// read_npy reads the preamble and header first and never more than the header declares: an
+// endless stream fails at once, a stream with more data than declared fails after one byte.
+TEST(NpyFiles, StreamsAreReadOnlyAsFarAsDeclared) {
+  try {
+    read_npy("/dev/zero");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::io_error);
+    EXPECT_THAT(e.what(), HasSubstr("magic"));
+  }
+  TempDir dir;
+  const std::string fifo = dir.file("pipe.npy");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const bool extra : {false, true}) {
+    Tensor t(DType::f32, {2, 3});
+    for (std::size_t i = 0; i < 6; ++i) t.set(i, static_cast<float>(i));
+    const std::string img = serialize_npy(t) + (extra ? std::string(100, 'x') : std::string());
+    std::thread writer([&] {
+      std::ofstream(fifo, std::ios::binary) << img;  // blocks until read_npy opens the FIFO
+    });
+    try {
+      const Tensor r = read_npy(fifo);
+      EXPECT_FALSE(extra);
+      EXPECT_EQ(std::memcmp(r.data(), t.data(), t.nbytes()), 0);
+    } catch (const Error& e) {
+      EXPECT_TRUE(extra) << e.what();
+      EXPECT_THAT(e.what(), HasSubstr("trailing bytes"));
+    }
+    writer.join();
+  }
+}
+
+// Writing goes through a temporary file renamed into place: no partial file on failure.
+TEST(NpyFiles, WriteReplacesAtomically) {
+  TempDir dir;
+  const std::string path = dir.file("a.npy");
+  write_npy(path, Tensor(DType::f32, {3}));
+  write_npy(path, Tensor(DType::f16, {5}));
+  EXPECT_EQ(read_npy(path).dtype(), DType::f16);
+  std::size_t files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.file(""))) files += e.is_regular_file();
+  EXPECT_EQ(files, 1u);  // no temporary left behind
 }
 
 }  // namespace

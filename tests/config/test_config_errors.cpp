@@ -85,7 +85,7 @@ TEST(ConfigErrors, UnknownKeyFromFile) {
 
 TEST(ConfigErrors, UnknownKeyFarFromEverythingListsTheKnownKeys) {
   EXPECT_EQ(config_error("gpu: {vendor: amd}"),
-            "x.yaml:1:7: unknown key 'vendor' in 'gpu'; known keys: device, allow_software, pipeline_cache");
+            "x.yaml:1:7: unknown key 'vendor' in 'gpu'; known keys: device, allow_software, pipeline_cache, cost_rates");
   EXPECT_EQ(config_error("operators: {vanilla: {zz: 1}}"),
             "x.yaml:1:23: unknown key 'zz' in 'operators.vanilla'; known keys: backend, disabled_backends, "
             "blocksize_q, blocksize_k, fallbacks");
@@ -145,7 +145,7 @@ TEST(ConfigErrors, WrongTypes) {
 
 TEST(ConfigErrors, WrongSectionTypes) {
   EXPECT_EQ(config_error("gpu: 3"),
-            "x.yaml:1:6: gpu: expected a map with keys device, allow_software, pipeline_cache, got '3'");
+            "x.yaml:1:6: gpu: expected a map with keys device, allow_software, pipeline_cache, cost_rates, got '3'");
   EXPECT_EQ(config_error("operators: [blocksparse]"),
             "x.yaml:1:12: operators: expected a map of operator names to settings, got a list");
   EXPECT_EQ(

@@ -199,5 +199,34 @@ TEST(ConfigFuzz, HostileInputs) {
   EXPECT_GT(t.rejected, 0);
 }
 
+// Found by fuzz/fuzz_config: yaml-cpp 0.7's LoadAll loops forever, allocating, when a token
+// follows a complete flow collection (config/yaml_documents.h). Each must be a config_error at
+// the token; before the guard this test never finished.
+TEST(ConfigFuzz, TokenAfterAFlowCollectionIsAnErrorNotAHang) {
+  for (const char* text : {"{},", "[],", "{a: b},\n", "backend: [cpu]\n---\n{},"}) {
+    try {
+      parse_config(text, "fuzz.yaml");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::config_error) << e.what();
+      EXPECT_TRUE(has_position_prefix(e.what())) << e.what();
+      EXPECT_NE(std::string(e.what()).find("malformed YAML"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Found by fuzz/fuzz_config: an operator name with a control byte reached the key path of a
+// later message raw ("in 'operators.bloc\x1cksparse.fallbacks'").
+TEST(ConfigFuzz, KeyPathsEscapeControlBytes) {
+  try {
+    parse_config("operators:\n  bloc\x1bksparse:\n    fallbacks: {nope: true}\n", "fuzz.yaml");
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("operators.bloc\\x1bksparse.fallbacks"), std::string::npos) << m;
+    EXPECT_EQ(m.find('\x1b'), std::string::npos) << m;
+  }
+}
+
 }  // namespace
 }  // namespace attnops

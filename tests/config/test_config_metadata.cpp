@@ -64,7 +64,7 @@ TEST(ConfigMetadata, TopLevelKeysApplyToEveryOperator) {
     EXPECT_EQ(md.blocksize_q, 32);
     EXPECT_EQ(md.blocksize_k, 64);
     EXPECT_EQ(md.num_threads, 3);
-    EXPECT_EQ(md.gpu, (GpuSettings{"Radeon", true, "/var/cache/p.bin"}));
+    EXPECT_EQ(md.gpu, (GpuSettings{"Radeon", true, "/var/cache/p.bin", std::nullopt}));
     EXPECT_EQ(md.fallbacks, flash_defaults().fallbacks);  // no operator section: untouched
   }
 }
@@ -185,7 +185,7 @@ TEST(ConfigMetadata, DefaultYamlMatchesTheRegisteredOperators) {
   ASSERT_FALSE(names.empty());
   for (const std::string& name : names) {
     SCOPED_TRACE(name);
-    const OperationEntry& e = r.entry(name);
+    const OperationEntry e = r.entry(name);
     EXPECT_EQ(c.metadata_for(e.name, e.aliases, e.defaults), e.defaults);
   }
   ASSERT_TRUE(c.attn_mechanism);

@@ -54,7 +54,7 @@ TEST_P(EndToEnd, MatchesOracleOverFeatureGrid) {
     ASSERT_EQ(out.decision.backend, backend) << out.decision.to_json();
     // Rebuild the problem the way the dispatcher did, and compare with the oracle.
     AttentionProblem p = make_problem(c.q, c.k, c.v, o, attn.op().metadata());
-    AttentionBuffers got{out.attention_outputs, out.lse, out.attention_weights, {}};
+    AttentionBuffers got{out.attention_outputs, out.lse, out.attention_weights, {}, {}};
     EXPECT_TRUE(within_tolerance(p, got)) << op << " " << backend_name(backend) << " " << c.describe() << " ran "
                                           << out.decision.to_json();
   }

@@ -85,5 +85,28 @@ TEST(Mask, RejectsBadParameters) {
   EXPECT_THROW(Mask::per_head({}), Error);
 }
 
+// Per-head masks built for different head counts cannot be combined: before, & of a 4-head and
+// a 2-head mask was accepted for Hq = 4 and heads 2-3 silently reused heads 0-1 (h % 2).
+TEST(MaskPerHead, MismatchedHeadCountsAreAnError) {
+  const Mask four =
+      Mask::per_head({Mask::causal(), Mask::local(1, 0), Mask::full(), Mask::chunked_causal(2)});
+  const Mask two = Mask::per_head({Mask::local(2, 2), Mask::causal()});
+  for (auto combine : {+[](const Mask&a, const Mask&b) { return a & b; },
+                       +[](const Mask&a, const Mask&b) { return a | b; }}) {
+    try {
+      combine(four, two);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::shape_mismatch);
+      EXPECT_NE(std::string(e.what()).find("4 and 2 q heads"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(Mask::per_head({two, Mask::causal(), Mask::full()}), Error);  // a 2-head mask as head 0 of 3
+  // Same counts combine; head-independent masks combine with anything.
+  EXPECT_EQ((four & four).num_heads(), 4);
+  EXPECT_EQ((four & Mask::causal()).num_heads(), 4);
+  EXPECT_EQ((two | Mask::local(3, 0)).num_heads(), 2);
+}
+
 }  // namespace
 }  // namespace attnops

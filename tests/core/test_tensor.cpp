@@ -1,7 +1,10 @@
 #include <gtest/gtest.h>
 
-#include "attnops/error.h"
-#include "attnops/tensor.h"
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "attnops/attnops.h"
 
 namespace attnops {
 namespace {
@@ -49,6 +52,86 @@ TEST(Tensor, RejectsBadShapes) {
   EXPECT_THROW(Tensor(DType::f32, {1, 2, 3, 4, 5}), Error);
   EXPECT_THROW(Tensor(DType::f32, {-1}), Error);
   EXPECT_EQ(shape_string({2, 3}), "[2, 3]");
+}
+
+ErrorCode code_of(const std::function<void()>& f, std::string* what = nullptr) {
+  try {
+    f();
+  } catch (const Error& e) {
+    if (what) *what = e.what();
+    return e.code();
+  }
+  return ErrorCode::internal;  // no error
+}
+
+// Element and byte counts are checked products: before, Tensor(f32, {2^62}) had nbytes() == 0
+// (the byte count wrapped) and set() then wrote past the heap.
+TEST(TensorSizes, ByteCountsThatOverflowAreErrors) {
+  std::string what;
+  EXPECT_EQ(code_of([] { Tensor(DType::f32, {std::int64_t{1} << 62}); }, &what), ErrorCode::invalid_argument);
+  EXPECT_NE(what.find("[4611686018427387904] of f32"), std::string::npos) << what;
+  EXPECT_EQ(code_of([] {
+              Tensor(DType::f32, {std::int64_t{1} << 32, std::int64_t{1} << 32, 2});
+            }),
+            ErrorCode::invalid_argument);  // 2^65 elements
+  EXPECT_EQ(code_of([] { Tensor(DType::i64, {std::int64_t{1} << 45}); }),
+            ErrorCode::invalid_argument);  // 2^48 B
+  const Tensor ok(DType::f16, {3, 5});
+  EXPECT_EQ(ok.nbytes(), 30u);
+}
+
+TEST(TensorSizes, ViewsCheckTheirElementCountAndExtent) {
+  const float x[4] = {};
+  const std::int64_t big = std::int64_t{1} << 32;
+  EXPECT_EQ(code_of([&] { TensorView(x, DType::f32, {big, big, big}); }), ErrorCode::invalid_argument);
+  EXPECT_EQ(code_of([&] {
+              TensorView(x, DType::f32, {2, 2}, {std::int64_t{1} << 62, 1});
+            }),
+            ErrorCode::invalid_argument);  // the farthest element is 2^64 bytes away
+  // Zero strides (a broadcast view) may claim a large shape: nothing is touched.
+  const TensorView bcast(x, DType::f32, {1, 1, 1, std::int64_t{1} << 62}, {0, 0, 0, 0});
+  EXPECT_EQ(bcast.numel(), std::int64_t{1} << 62);
+}
+
+// A zero-stride view claiming Dv = 2^62 passed validation and crashed in Tensor::copy_of during
+// normalisation; now the output size is checked first and the error names it.
+TEST(TensorSizes, HugeClaimedHeadDimIsATypedError) {
+  const float x[4] = {};
+  const TensorView q(x, DType::f32, {1, 1, 1, 4}), k(x, DType::f32, {1, 1, 1, 4});
+  const TensorView v(x, DType::f32, {1, 1, 1, std::int64_t{1} << 62}, {0, 0, 0, 0});
+  std::string what;
+  EXPECT_EQ(code_of([&] { make_problem(q, k, v, {}, {}); }, &what), ErrorCode::invalid_argument);
+  EXPECT_NE(what.find("out: [B, Tq, Hq, Dv]"), std::string::npos) << what;
+  // A view whose innermost stride is not 1 is copied by normalisation: a copy too large names
+  // the argument (here k: 2^45 keys of a broadcast row; the output is small).
+  const std::int64_t Tk = std::int64_t{1} << 45;
+  const TensorView k2(x, DType::f32, {1, Tk, 1, 4}, {0, 0, 0, 0}),
+      v2(x, DType::f32, {1, Tk, 1, 1}, {0, 0, 0, 0});
+  EXPECT_EQ(code_of([&] { make_problem(q, k2, v2, {}, {}); }, &what), ErrorCode::invalid_argument);
+  EXPECT_EQ(what.rfind("k: tensor shape", 0), 0u) << what;
+}
+
+TEST(TensorSizes, LargeTensorsAreZeroAndAligned) {
+  Tensor t(DType::f32, {3, 1 << 20});  // 12 MiB: mapped from the OS
+  ASSERT_EQ(reinterpret_cast<std::uintptr_t>(t.data()) % 64, 0u);
+  for (std::int64_t i = 0; i < t.numel(); i += 4099) ASSERT_EQ(t.at(static_cast<std::size_t>(i)), 0.f);
+  t.set(static_cast<std::size_t>(t.numel() - 1), 1.f);
+  EXPECT_EQ(t.at(static_cast<std::size_t>(t.numel() - 1)), 1.f);
+}
+
+TEST(AllFinite, FindsNaNAndInfInEveryFloatDtypeAndLayout) {
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    Tensor t(dt, {2, 3, 4, 5});
+    EXPECT_TRUE(all_finite(t));
+    t.set(77, std::numeric_limits<float>::infinity());
+    EXPECT_FALSE(all_finite(t));
+    t.set(77, 0.f);
+    t.set(5, std::numeric_limits<float>::quiet_NaN());
+    EXPECT_FALSE(all_finite(t));
+    EXPECT_TRUE(all_finite(t.view().slice(1, 1, 3)));  // a strided view without element 5
+    EXPECT_FALSE(all_finite(t.view().slice(1, 0, 1)));
+  }
+  EXPECT_TRUE(all_finite(Tensor(DType::i32, {4})));
 }
 
 }  // namespace

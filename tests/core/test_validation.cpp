@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "attnops/attnops.h"
+#include "tests/support/testing.h"
 
 namespace attnops {
 namespace {
@@ -186,6 +187,56 @@ TEST(Validation, EmptyProblemsAreFine) {
   }
   Tensor q0(DType::f32, {1, 0, 2, 8}), k1(DType::f32, {1, 5, 2, 8}), v1(DType::f32, {1, 5, 2, 8});
   EXPECT_EQ(registry().get("vanilla")(q0, k1, v1).attention_outputs.numel(), 0);
+}
+
+// Scales and soft caps that the fp32 kernels cannot honour are refused: before, --scale 1e38
+// gave all-NaN (vanilla) or all-zero (flash) outputs where the fp64 oracle is finite.
+TEST(ValidationRanges, ScaleThatCarriesLogitsOutOfF32) {
+  const testing::Case c = testing::make_case(testing::CaseSpec{}, 3);  // q, k uniform in [-1, 1), D = 8
+  for (double scale : {1e38, -1e38, 3e38}) {
+    OperationMetadata md;
+    md.softmax_scale = scale;
+    const Error e = error_of(c.q, c.k, c.v, {}, md);
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << scale;
+    EXPECT_THAT(e.what(), HasSubstr("softmax_scale"));
+    EXPECT_THAT(e.what(), HasSubstr("f32 range"));
+  }
+  // Large scales that stay in range run (the bound uses the inputs' magnitudes).
+  for (double scale : {1.0, 1e3, 1e30}) {
+    OperationMetadata md;
+    md.softmax_scale = scale;
+    EXPECT_NO_THROW(make_problem(c.q, c.k, c.v, {}, md)) << scale;
+  }
+  Tensor tiny_q = Tensor::copy_of(c.q);
+  for (std::int64_t i = 0; i < tiny_q.numel(); ++i) tiny_q.set(static_cast<std::size_t>(i), 1e-30f);
+  OperationMetadata md;
+  md.softmax_scale = 1e38;
+  EXPECT_NO_THROW(make_problem(tiny_q, c.k, c.v, {}, md));  // |scale * q.k| <= 8e8
+}
+
+TEST(ValidationRanges, SoftCapOutsideTheNormalF32Range) {
+  const testing::Case c = testing::make_case(testing::CaseSpec{}, 3);
+  for (double cap : {1e39, 1e-39, 1e-45}) {
+    AttentionOptions o;
+    o.logits_soft_cap = cap;
+    const Error e = error_of(c.q, c.k, c.v, o, {});
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument) << cap;
+    EXPECT_THAT(e.what(), HasSubstr("logits_soft_cap"));
+  }
+  AttentionOptions o;
+  o.logits_soft_cap = 1e-30;
+  EXPECT_NO_THROW(make_problem(c.q, c.k, c.v, o, {}));
+}
+
+TEST(ValidationRanges, OutputsLargerThanTheMaximumNameTheOutput) {
+  const float x[4] = {};
+  const std::int64_t T = std::int64_t{1} << 24;
+  const TensorView q(x, DType::f32, {1, T, 1, 1}, {0, 0, 0, 0}), k(x, DType::f32, {1, T, 1, 1}, {0, 0, 0, 0});
+  AttentionOptions o;
+  o.return_weights = true;  // [1, 1, 2^24, 2^24] f32 = 2^50 bytes
+  const Error e = error_of(q, k, k, o, {});
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  EXPECT_THAT(e.what(), HasSubstr("weights: [B, Hq, Tq, Tk]"));
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <vector>
 
-int main() {
+int run_consumer() {
   const attnops::Attention attn = attnops::registry().get("flash_attn2");
   attnops::Tensor q(attnops::DType::f32, {1, 4, 2, 8}), k(attnops::DType::f32, {1, 4, 2, 8}),
       v(attnops::DType::f32, {1, 4, 2, 8});
@@ -24,4 +24,11 @@ int main() {
   std::printf("consumer: %s ran as %s on %s\n", attn.name().c_str(), out.decision.op.c_str(),
               std::string(attnops::backend_name(out.decision.backend)).c_str());
   return 0;
+}
+
+// The GPU state is released before main returns (never from a static destructor: gpu.h).
+int main() {
+  const int status = run_consumer();
+  attnops::release_gpu();
+  return status;
 }

@@ -10,6 +10,7 @@
 #include "operators/flash_attn2.h"
 #include "operators/vanilla.h"
 #include "tests/routing/mocks.h"
+#include "tests/routing/routing_fixture.h"
 #include "tests/support/testing.h"
 
 namespace attnops::testing {
@@ -20,64 +21,6 @@ using ::testing::HasSubstr;
 using ::testing::NiceMock;
 using ::testing::Return;
 using ::testing::Throw;
-
-// Expects exactly one call of `op`'s forward for backend `b` and none of its other forwards.
-template <class Op>
-void expect_only(Op& op, std::optional<Backend> b) {
-  EXPECT_CALL(op, forward_native(_)).Times(b == Backend::native ? 1 : 0);
-  EXPECT_CALL(op, forward_cpu(_)).Times(b == Backend::cpu ? 1 : 0);
-  EXPECT_CALL(op, forward_gpu(_)).Times(b == Backend::gpu ? 1 : 0);
-  EXPECT_CALL(op, forward_tpu(_)).Times(b == Backend::tpu ? 1 : 0);
-}
-
-class Routing : public ::testing::Test {
- protected:
-  void SetUp() override {
-    unsetenv("ATTNOPS_FORCE_NATIVE");
-    unsetenv("ATTNOPS_LOG");
-    ON_CALL(*host, availability(_, _)).WillByDefault([this](Backend b, const GpuSettings&) {
-      switch (b) {
-        case Backend::gpu: return Availability{gpu_present, gpu_present ? "mock gpu" : "no Vulkan device (mock)"};
-        case Backend::tpu: return Availability{false, "no TPU runtime (mock)"};
-        default: return Availability{true, "mock"};
-      }
-    });
-    reg.add({"vanilla", {}, VanillaAttn::default_metadata(), [this](const OperationMetadata& md) {
-               auto p = std::make_shared<NiceMock<MockOp<VanillaAttn>>>(md);
-               van = p.get();
-               return p;
-             }});
-    reg.add({"blocksparse", {"splash"}, BlockSparseAttn::default_metadata(), [this](const OperationMetadata& md) {
-               auto p = std::make_shared<NiceMock<MockOp<BlockSparseAttn>>>(md);
-               bs = p.get();
-               return p;
-             }});
-    reg.add({"flash_attn2", {"flash"}, FlashAttn2::default_metadata(), [this](const OperationMetadata& md) {
-               auto p = std::make_shared<NiceMock<MockOp<FlashAttn2>>>(md);
-               fl = p.get();
-               return p;
-             }});
-  }
-  void TearDown() override {
-    unsetenv("ATTNOPS_FORCE_NATIVE");
-    unsetenv("ATTNOPS_LOG");
-  }
-
-  // q [1, Tq, 4, 16], k/v [1, Tk, 2, 16]
-  void shapes(std::int64_t Tq, std::int64_t Tk) {
-    q = Tensor(DType::f32, {1, Tq, 4, 16});
-    k = Tensor(DType::f32, {1, Tk, 2, 16});
-    v = Tensor(DType::f32, {1, Tk, 2, 16});
-  }
-
-  bool gpu_present = false;
-  std::shared_ptr<NiceMock<MockHost>> host = std::make_shared<NiceMock<MockHost>>();
-  Registry reg{host};
-  MockOp<VanillaAttn>* van = nullptr;
-  MockOp<BlockSparseAttn>* bs = nullptr;
-  MockOp<FlashAttn2>* fl = nullptr;
-  Tensor q, k, v;
-};
 
 TEST_F(Routing, DecodeFallsBackToVanilla) {
   shapes(1, 300);
@@ -291,7 +234,8 @@ TEST_F(Routing, WhatTheBackendReportsAboutTheRunIsKept) {
   shapes(128, 128);
   auto attn = reg.get("blocksparse");
   AttentionOutput reported;
-  reported.decision.run = {"avx512", "detected avx512bf16, capped by ATTNOPS_CPU_ISA"};
+  reported.decision.run.kernel = "avx512";
+  reported.decision.run.kernel_detail = "detected avx512bf16, capped by ATTNOPS_CPU_ISA";
   reported.decision.backend = Backend::tpu;  // the dispatcher's own fields win
   EXPECT_CALL(*bs, forward_cpu(_)).WillOnce(Return(reported));
   auto out = attn(q, k, v);
@@ -299,6 +243,102 @@ TEST_F(Routing, WhatTheBackendReportsAboutTheRunIsKept) {
   EXPECT_EQ(out.decision.run, reported.decision.run);
   EXPECT_THAT(out.decision.to_json(), HasSubstr("\"kernel\": \"avx512\""));
   EXPECT_THAT(out.decision.to_log_line(), HasSubstr(",cpu/avx512,"));
+}
+
+// Auto's cost rule (cost.h): with rates, the gpu runs only when its estimate beats the cpu's.
+TEST_F(Routing, CostRuleSendsSmallCallsToTheCpuWithTheEstimate) {
+  gpu_present = true;
+  shapes(128, 128);
+  Config cfg;
+  cfg.gpu_cost_rates = CostRates{100, 1000, 10, 10, 50};  // cpu 100 GFLOP/s, gpu 1000, 50 us per call
+  auto attn = reg.get("flash_attn2", cfg);
+  // 128 x 128 causal, 4 heads, D 16: ~0.55 MFLOP: cpu ~5.5 us, gpu >= 50 us.
+  expect_only(*fl, Backend::cpu);
+  auto out = attn(q, k, v);
+  EXPECT_EQ(out.decision.backend, Backend::cpu);
+  ASSERT_TRUE(out.decision.has(ReasonCode::cpu_faster)) << out.decision.to_log_line();
+  ASSERT_TRUE(out.decision.cost.has_value());
+  EXPECT_LT(out.decision.cost->cpu_us, out.decision.cost->gpu_us);
+  EXPECT_DOUBLE_EQ(out.decision.cost->call_us, 50);
+  EXPECT_EQ(out.decision.cost->rates_source, "config");
+  EXPECT_THAT(out.decision.to_json(), HasSubstr("\"cost\": {\"gpu_us\": "));
+  EXPECT_THAT(out.decision.to_log_line(), HasSubstr("cpu_faster:gpu: estimated"));
+  // plan() decides the same way, deterministically.
+  EXPECT_EQ(attn.plan(q, k, v).reasons, out.decision.reasons);
+}
+
+TEST_F(Routing, CostRuleKeepsLargeCallsOnTheGpu) {
+  gpu_present = true;
+  shapes(4096, 4096);
+  Config cfg;
+  cfg.gpu_cost_rates = CostRates{100, 10000, 10, 10, 50};
+  auto attn = reg.get("flash_attn2", cfg);
+  expect_only(*fl, Backend::gpu);
+  auto out = attn(q, k, v);
+  EXPECT_EQ(out.decision.backend, Backend::gpu);
+  EXPECT_FALSE(out.decision.has(ReasonCode::cpu_faster));
+  ASSERT_TRUE(out.decision.cost.has_value());
+  EXPECT_LT(out.decision.cost->gpu_us, out.decision.cost->cpu_us);
+}
+
+TEST_F(Routing, CostRuleUsesTheHostsRatesAndOnlyForAuto) {
+  gpu_present = true;
+  shapes(128, 128);
+  EXPECT_CALL(*host, cost_rates(_))
+      .WillRepeatedly(Return(MockHost::Rates{std::pair{CostRates{100, 1, 1, 1, 1000}, std::string("measured")}}));
+  auto out = reg.get("flash_attn2")(q, k, v);
+  EXPECT_EQ(out.decision.backend, Backend::cpu);
+  ASSERT_TRUE(out.decision.cost.has_value());
+  EXPECT_EQ(out.decision.cost->rates_source, "measured");
+  // A gpu the config names is tried as named: no estimate.
+  Config cfg;
+  cfg.backends = std::vector<Backend>{Backend::gpu, Backend::cpu};
+  out = reg.get("flash_attn2", cfg)(q, k, v);
+  EXPECT_EQ(out.decision.backend, Backend::gpu);
+  EXPECT_FALSE(out.decision.cost.has_value());
+}
+
+TEST_F(Routing, WithoutRatesAutoStillPrefersTheGpu) {
+  gpu_present = true;
+  shapes(128, 128);
+  auto out = reg.get("flash_attn2")(q, k, v);  // the mock host has no rates
+  EXPECT_EQ(out.decision.backend, Backend::gpu);
+  EXPECT_FALSE(out.decision.cost.has_value());
+}
+
+TEST(CostRates, FormatAndParseRoundTrip) {
+  const CostRates r{12.5, 3000, 8, 9.5, 40};
+  EXPECT_EQ(parse_rates(format_rates(r)), r);
+  EXPECT_FALSE(parse_rates("cpu_gflops=1 bogus=2").valid());
+  EXPECT_FALSE(parse_rates("cpu_gflops=x").valid());
+  const CostEstimate e = estimate_cost(r, 1e9, 8e6, 9.5e6);
+  EXPECT_NEAR(e.upload_us, 1000, 1e-9);
+  EXPECT_NEAR(e.download_us, 1000, 1e-9);
+  EXPECT_NEAR(e.kernel_us, 1e9 / 3000e3, 1e-9);
+  EXPECT_NEAR(e.cpu_us, 1e9 / 12.5e3, 1e-9);
+  EXPECT_NEAR(e.gpu_us, 40 + 2000 + 1e9 / 3000e3, 1e-9);
+}
+
+TEST(CostRates, ReadFromYaml) {
+  const Config c = parse_config(
+      "gpu:\n  cost_rates: {cpu_gflops: 50, gpu_gflops: 400, upload_gbps: 12, download_gbps: 11, call_us: 30}\n");
+  ASSERT_TRUE(c.gpu_cost_rates.has_value());
+  EXPECT_EQ(*c.gpu_cost_rates, (CostRates{50, 400, 12, 11, 30}));
+  const OperationMetadata md = c.metadata_for("flash_attn2", {}, OperationMetadata{});
+  EXPECT_EQ(md.gpu.cost_rates, c.gpu_cost_rates);
+  try {
+    parse_config("gpu:\n  cost_rates: {cpu_gflops: 50}\n");
+    ADD_FAILURE() << "incomplete rates accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::config_error);
+    EXPECT_THAT(e.what(), HasSubstr("gpu.cost_rates"));
+  }
+  try {
+    parse_config("gpu:\n  cost_rates: {cpu_gflop: 50}\n");
+    ADD_FAILURE() << "misspelt key accepted";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("cpu_gflops"));
+  }
 }
 
 TEST_F(Routing, OtherErrorsFromAForwardPropagate) {
@@ -449,9 +489,9 @@ TEST_F(Routing, ConcurrentCallsShareOneHandle) {
 TEST(RoutingDefaults, BuiltinRegistryHasTheThreeOperators) {
   EXPECT_EQ(registry().list(), (std::vector<std::string>{"blocksparse", "flash_attn2", "vanilla"}));
   EXPECT_EQ(registry().canonical("splash"), "blocksparse");
-  const auto& bs = registry().entry("blocksparse").defaults.fallbacks;
+  const FallbackPolicy bs = registry().entry("blocksparse").defaults.fallbacks;
   EXPECT_TRUE(bs.decode && bs.non_causal && bs.seq_multiple);
-  const auto& fl = registry().entry("flash_attn2").defaults.fallbacks;
+  const FallbackPolicy fl = registry().entry("flash_attn2").defaults.fallbacks;
   EXPECT_TRUE(fl.decode);
   EXPECT_FALSE(fl.non_causal || fl.seq_multiple);
   EXPECT_EQ(registry().entry("vanilla").defaults.fallbacks, FallbackPolicy{});

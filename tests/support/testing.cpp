@@ -5,9 +5,20 @@
 #include <random>
 #include <sstream>
 
+#include "attnops/gpu.h"
 #include "backends/native/reference.h"
 
 namespace attnops::testing {
+
+namespace {
+// Every test program releases the GPU state after its last test, before main returns (gpu.h):
+// nothing Vulkan runs from exit(). gtest runs the environment's TearDown after all tests.
+class GpuRelease : public ::testing::Environment {
+ public:
+  void TearDown() override { release_gpu(); }
+};
+[[maybe_unused]] ::testing::Environment* const kGpuRelease = ::testing::AddGlobalTestEnvironment(new GpuRelease);
+}  // namespace
 
 Tolerance tolerance_for(DType t) {
   switch (t) {

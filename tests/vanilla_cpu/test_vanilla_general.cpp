@@ -159,5 +159,43 @@ TEST_P(VanillaWeights, EqualOracleWeights) {
 
 INSTANTIATE_TEST_SUITE_P(Sweep, VanillaWeights, ::testing::Range(0, 32));
 
+// The plan's two layouts and its GQA-group splits (vanilla_plan.cpp), forced on small shapes by
+// a small working-set cap: lanes over rows with one q head of a group per task, and the
+// row-major layout (16 rows of scores would not fit), with weights, on every tier.
+TEST(VanillaPlanLayouts, SmallCapsMatchOracle) {
+  // Rows of Tk + D + Dv = 125 floats; the lanes layout needs 16 * (125 + 6) + 56 = 2152 floats.
+  struct Cap {
+    std::int64_t floats, Hq;
+    bool lanes_over_rows;
+  };
+  for (DType dt : kDtypes)
+    for (const Cap cap : {Cap{2200, 32, true}, Cap{300, 8, false}, Cap{50, 8, false}}) {
+      CaseSpec s = shape_spec(2, 23, 61, cap.Hq, cap.Hq / 4, 24, dt, true, 40);
+      if (cap.lanes_over_rows) s.Hkv = 1;  // G = 32 rows per query: more than the 16 lanes that fit
+      s.bias = true;
+      s.sinks = true;
+      const Case c = make_case(s, 31);
+      AttentionProblem p = problem_for(c);
+      p.want_weights = true;
+      p.num_threads = 2;
+      const cpu::VanillaPlan pl = cpu::vanilla_plan(p, 2, cap.floats);
+      ASSERT_EQ(pl.lanes_over_rows, cap.lanes_over_rows) << cap.floats;
+      EXPECT_LT(pl.gc, p.group()) << "the cap should split the GQA group, cap " << cap.floats;
+      const native::ReferenceResult ref = native::reference_attention_f64(p, true);
+      for (const cpu::Isa tier : cpu_tiers_to_test()) {
+        AttentionBuffers got = allocate_buffers(p);
+        cpu::vanilla_general(p, got, tier, pl);
+        EXPECT_TRUE(within_tolerance(p, ref, got))
+            << c.describe() << " cap=" << cap.floats << " " << tier_label(tier);
+        double worst = 0;
+        for (std::size_t i = 0; i < ref.weights.size(); ++i) {
+          const double e = std::abs(static_cast<double>(got.weights->data_as<float>()[i]) - ref.weights[i]);
+          worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(worst, e);
+        }
+        EXPECT_LE(worst, 2e-5) << c.describe() << " cap=" << cap.floats << " " << tier_label(tier);
+      }
+    }
+}
+
 }  // namespace
 }  // namespace attnops::testing::vanilla

@@ -25,7 +25,7 @@ AttentionOutput call_and_check(const std::string& name, const Config& cfg, const
   const Attention attn = r.get(name, cfg);
   AttentionOutput out = attn(c.q, c.k, c.v, c.options);
   const AttentionProblem p = make_problem(c.q, c.k, c.v, c.options, attn.op().metadata());
-  AttentionBuffers got{out.attention_outputs, out.lse, out.attention_weights, {}};
+  AttentionBuffers got{out.attention_outputs, out.lse, out.attention_weights, {}, {}};
   EXPECT_TRUE(within_tolerance(p, got)) << name << ": " << out.decision.to_log_line();
   return out;
 }

@@ -6,7 +6,8 @@
 // fp32 whatever the storage dtype.
 //
 // Buffer layouts (all tightly packed, row-major; built by vulkan_backend.cpp):
-//   q     [B, Tq, Hq, D]  k [B, Tk, Hkv, D]  v [B, Tk, Hkv, Dv]   in DTYPE (f32/f16/bf16),
+//   q     [B, Tq, Hq, D]  k [B, Tk, Hkv, D]  v [B, Tk, Hkv, Dv]   in DTYPE (f32/f16/bf16), at
+//         the offsets and batch/token strides of the push constants (packed for host inputs),
 //         read as raw uint words (16-bit values two to a word, element e in the low half when
 //         e is even) so no 16-bit storage feature is needed.
 //   out   [B, Tq, Hq, Dv] f32 (the host rounds to the storage dtype, bit-exact RNE)
@@ -30,6 +31,12 @@ layout(local_size_x_id = 0) in;                   // BQ rows per workgroup (= ma
 layout(constant_id = 1) const uint DTYPE = 0u;    // 0 f32, 1 f16, 2 bf16
 layout(constant_id = 2) const int DMAX = 64;      // >= max(D, Dv): private array sizes
 layout(constant_id = 3) const int BK = 32;        // kv block (= map's bk), <= 32
+// The head dims when the pipeline is specialised for them (0: read pc.D / pc.Dv). Constant trip
+// counts let the compiler unroll the per-dimension loops and keep qv / acc in registers.
+layout(constant_id = 4) const int DEXACT = 0;
+layout(constant_id = 5) const int DVEXACT = 0;
+#define HEAD_D (DEXACT > 0 ? DEXACT : pc.D)
+#define HEAD_DV (DVEXACT > 0 ? DVEXACT : pc.Dv)
 
 // q/k/v as 16-byte vectors: with FLAG_VEC a row of k or v is fetched 16 bytes per load (every
 // row starts 16-byte aligned then); single elements are picked out of a vector otherwise. The
@@ -61,6 +68,11 @@ layout(push_constant) uniform PushConstants {
   int map_heads;            // 1 or Hq
   int nq;                   // q blocks
   int words_per_row;        // uint words per bitset row
+  // q / k / v addressing, in elements of their buffers: element (b, t, h, d) of q is at
+  // q_off + b*q_sb + t*q_st + h*D + d (heads packed, d contiguous). Packed uploads have
+  // offset 0 and strides (T*H*D, H*D); device-resident views (a KV cache slice) have their own.
+  uint q_off, k_off, v_off;
+  uint q_sb, q_st, k_sb, k_st, v_sb, v_st;
 }
 pc;
 
@@ -71,7 +83,7 @@ const uint FLAG_BIAS = 8u;
 const uint FLAG_SINKS = 16u;
 const uint FLAG_LSE = 32u;
 const uint FLAG_SOFT_CAP = 64u;
-const uint FLAG_VEC = 128u;  // D and Dv rows are whole 16-byte vectors (D * size % 16 == 0)
+const uint FLAG_VEC = 128u;  // every q/k/v row starts on a 16-byte boundary and is whole vectors
 
 bool has(uint f) { return (pc.flags & f) != 0u; }
 
@@ -106,7 +118,7 @@ vec2 unpack_pair(uint w) {
 float dot_qk(uint kbase) {
   float sum = 0.0;
   if (has(FLAG_VEC)) {
-    for (int d = 0; d < pc.D; d += VEC_ELEMS) {
+    for (int d = 0; d < HEAD_D; d += VEC_ELEMS) {
       const uvec4 w = k_vec[(kbase + uint(d)) / uint(VEC_ELEMS)];
       if (DTYPE == 0u) {
         sum += qv[d] * uintBitsToFloat(w.x) + qv[d + 1] * uintBitsToFloat(w.y) + qv[d + 2] * uintBitsToFloat(w.z) +
@@ -119,7 +131,7 @@ float dot_qk(uint kbase) {
       }
     }
   } else {
-    for (int d = 0; d < pc.D; ++d) sum += qv[d] * load_k(kbase + uint(d));
+    for (int d = 0; d < HEAD_D; ++d) sum += qv[d] * load_k(kbase + uint(d));
   }
   return sum;
 }
@@ -127,7 +139,7 @@ float dot_qk(uint kbase) {
 // acc[0 .. Dv) += w * v[vbase .. vbase + Dv). vbase is a multiple of VEC_ELEMS with FLAG_VEC.
 void add_weighted_v(float w, uint vbase) {
   if (has(FLAG_VEC)) {
-    for (int d = 0; d < pc.Dv; d += VEC_ELEMS) {
+    for (int d = 0; d < HEAD_DV; d += VEC_ELEMS) {
       const uvec4 x = v_vec[(vbase + uint(d)) / uint(VEC_ELEMS)];
       if (DTYPE == 0u) {
         acc[d] += w * uintBitsToFloat(x.x);
@@ -143,7 +155,7 @@ void add_weighted_v(float w, uint vbase) {
       }
     }
   } else {
-    for (int d = 0; d < pc.Dv; ++d) acc[d] += w * load_v(vbase + uint(d));
+    for (int d = 0; d < HEAD_DV; ++d) acc[d] += w * load_v(vbase + uint(d));
   }
 }
 
@@ -163,23 +175,26 @@ void param_interval(int i, out int lo, out int hi) {
   }
 }
 
-// Whether local column c of tile `entry` is visible to local row r (static mask only).
-bool tile_visible(uint entry_index, int r, int c, int j, int lo, int hi) {
-  if ((entries[entry_index] & 1u) != 0u) return true;  // full tile
-  if (has(FLAG_PARAM_MASK)) return j >= lo && j < hi;
-  int part = part_index[entry_index];
-  uint w = bits[uint((part * int(gl_WorkGroupSize.x) + r) * pc.words_per_row + (c >> 5))];
-  return ((w >> uint(c & 31)) & 1u) != 0u;
-}
+// Bits [0, n) set, for 0 <= n <= 32.
+uint low_bits(int n) { return n <= 0 ? 0u : n >= 32 ? 0xffffffffu : (1u << uint(n)) - 1u; }
 
-// Bit t set: key j0 + t (t < nj) of tile `e` is visible to the row (static mask and segments).
+// Bit t set: key j0 + t (t < nj) of tile `e` is visible to local row r (static mask and
+// segments). Full tiles see every key; partial tiles evaluate the parametric interval [lo, hi)
+// or read the row's bitset word (BK <= 32: one word per row).
 uint tile_visibility(uint e, int r, int j0, int nj, int lo, int hi, int b, int seg_i) {
-  uint vis = 0u;
-  for (int t = 0; t < nj; ++t) {
-    const int j = j0 + t;
-    if (tile_visible(e, r, t, j, lo, hi) && (!has(FLAG_SEGMENTS) || seg_kv[b * pc.Tk + j] == seg_i))
-      vis |= 1u << uint(t);
+  uint vis;
+  if ((entries[e] & 1u) != 0u) {
+    vis = low_bits(nj);
+  } else if (has(FLAG_PARAM_MASK)) {
+    const int a = clamp(lo - j0, 0, nj), c = clamp(hi - j0, 0, nj);
+    vis = low_bits(c) & ~low_bits(a);
+  } else {
+    const int part = part_index[e];
+    vis = bits[uint((part * int(gl_WorkGroupSize.x) + r) * pc.words_per_row)] & low_bits(nj);
   }
+  if (has(FLAG_SEGMENTS) && vis != 0u)
+    for (int t = 0; t < nj; ++t)
+      if (((vis >> uint(t)) & 1u) != 0u && seg_kv[b * pc.Tk + j0 + t] != seg_i) vis &= ~(1u << uint(t));
   return vis;
 }
 
@@ -188,7 +203,8 @@ float logit(float dot, int b, int h, int i, int j) {
   float s = dot * pc.scale;
   // tanh is clamped: tanh(15) rounds to 1 in fp32, and some tanh implementations compute
   // (e^x - e^-x) / (e^x + e^-x), which is inf / inf = NaN for large |x|.
-  if (has(FLAG_SOFT_CAP)) s = pc.soft_cap * tanh(clamp(s / pc.soft_cap, -15.0, 15.0));
+  // A NaN logit must stay NaN (the non-finite policy); clamp may turn it into a bound.
+  if (has(FLAG_SOFT_CAP) && !isnan(s)) s = pc.soft_cap * tanh(clamp(s / pc.soft_cap, -15.0, 15.0));
   if (has(FLAG_BIAS)) s += bias_f32[uint(b) * pc.bias_stride_b + uint(h) * pc.bias_stride_h + uint(i * pc.Tk + j)];
   return s;
 }
@@ -199,7 +215,7 @@ float logit(float dot, int b, int h, int i, int j) {
 vec4 dot_qk4(uvec4 kb) {
   vec4 sum = vec4(0.0);
   const uvec4 base = kb / uint(VEC_ELEMS);
-  for (int d = 0; d < pc.D; d += VEC_ELEMS) {
+  for (int d = 0; d < HEAD_D; d += VEC_ELEMS) {
     const uint o = uint(d / VEC_ELEMS);
     const uvec4 w0 = k_vec[base.x + o], w1 = k_vec[base.y + o], w2 = k_vec[base.z + o], w3 = k_vec[base.w + o];
     if (DTYPE == 0u) {
@@ -217,23 +233,29 @@ vec4 dot_qk4(uvec4 kb) {
   return sum;
 }
 
+// Keys of weight 0 (masked, or past the tile's end) add nothing, even when their v holds NaN or
+// inf: their term is selected away, not multiplied (0 x inf = NaN).
+vec4 weighted(float w, vec4 x) { return w != 0.0 ? w * x : vec4(0.0); }
+vec2 weighted(float w, vec2 x) { return w != 0.0 ? w * x : vec2(0.0); }
+
 void add_weighted_v4(vec4 p, uvec4 vb) {
   const uvec4 base = vb / uint(VEC_ELEMS);
-  for (int d = 0; d < pc.Dv; d += VEC_ELEMS) {
+  for (int d = 0; d < HEAD_DV; d += VEC_ELEMS) {
     const uint o = uint(d / VEC_ELEMS);
     const uvec4 x0 = v_vec[base.x + o], x1 = v_vec[base.y + o], x2 = v_vec[base.z + o], x3 = v_vec[base.w + o];
     if (DTYPE == 0u) {
       vec4 a = vec4(acc[d], acc[d + 1], acc[d + 2], acc[d + 3]);
-      a += p.x * uintBitsToFloat(x0) + p.y * uintBitsToFloat(x1) + p.z * uintBitsToFloat(x2) +
-           p.w * uintBitsToFloat(x3);
+      a += weighted(p.x, uintBitsToFloat(x0)) + weighted(p.y, uintBitsToFloat(x1)) +
+           weighted(p.z, uintBitsToFloat(x2)) + weighted(p.w, uintBitsToFloat(x3));
       acc[d] = a.x;
       acc[d + 1] = a.y;
       acc[d + 2] = a.z;
       acc[d + 3] = a.w;
     } else {
       for (int c = 0; c < 4; ++c) {
-        const vec2 a = vec2(acc[d + 2 * c], acc[d + 2 * c + 1]) + p.x * unpack_pair(x0[c]) +
-                       p.y * unpack_pair(x1[c]) + p.z * unpack_pair(x2[c]) + p.w * unpack_pair(x3[c]);
+        const vec2 a = vec2(acc[d + 2 * c], acc[d + 2 * c + 1]) + weighted(p.x, unpack_pair(x0[c])) +
+                       weighted(p.y, unpack_pair(x1[c])) + weighted(p.z, unpack_pair(x2[c])) +
+                       weighted(p.w, unpack_pair(x3[c]));
         acc[d + 2 * c] = a.x;
         acc[d + 2 * c + 1] = a.y;
       }

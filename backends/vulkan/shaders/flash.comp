@@ -11,9 +11,9 @@ void main() {
   if (i >= pc.Tq) return;  // no barriers below, so idle rows may leave early
   const int hk = h / (pc.Hq / pc.Hkv);  // GQA: q head h reads kv head h / group
 
-  const uint qbase = uint(((b * pc.Tq + i) * pc.Hq + h) * pc.D);
-  for (int d = 0; d < pc.D; ++d) qv[d] = load_q(qbase + uint(d));
-  for (int d = 0; d < pc.Dv; ++d) acc[d] = 0.0;
+  const uint qbase = pc.q_off + uint(b) * pc.q_sb + uint(i) * pc.q_st + uint(h * HEAD_D);
+  for (int d = 0; d < HEAD_D; ++d) qv[d] = load_q(qbase + uint(d));
+  for (int d = 0; d < HEAD_DV; ++d) acc[d] = 0.0;
 
   int lo = 0, hi = pc.Tk;
   if (has(FLAG_PARAM_MASK)) param_interval(i, lo, hi);
@@ -27,8 +27,8 @@ void main() {
   for (uint e = e0; e < e1; ++e) {
     const int j0 = int(entries[e] >> 1) * BK;
     const int nj = min(BK, pc.Tk - j0);
-    const uint krow0 = uint(((b * pc.Tk + j0) * pc.Hkv + hk) * pc.D);  // k row of key j0
-    const uint kstride = uint(pc.Hkv * pc.D);                           // between keys
+    const uint krow0 = pc.k_off + uint(b) * pc.k_sb + uint(j0) * pc.k_st + uint(hk * HEAD_D);  // k row of key j0
+    const uint kstride = pc.k_st;  // between keys
     const uint vis = tile_visibility(e, r, j0, nj, lo, hi, b, seg_i);
     if (vis == 0u) continue;
     float bm = NEG_BIG;
@@ -62,9 +62,9 @@ void main() {
       l += s[t];
     }
     if (alpha != 1.0)
-      for (int d = 0; d < pc.Dv; ++d) acc[d] *= alpha;
-    const uint vrow0 = uint(((b * pc.Tk + j0) * pc.Hkv + hk) * pc.Dv);
-    const uint vstride = uint(pc.Hkv * pc.Dv);
+      for (int d = 0; d < HEAD_DV; ++d) acc[d] *= alpha;
+    const uint vrow0 = pc.v_off + uint(b) * pc.v_sb + uint(j0) * pc.v_st + uint(hk * HEAD_DV);
+    const uint vstride = pc.v_st;
     if (has(FLAG_VEC)) {
       for (int t0 = 0; t0 < nj; t0 += 4) {
         if (((vis >> uint(t0)) & 15u) == 0u) continue;
@@ -79,17 +79,18 @@ void main() {
     }
   }
 
-  const uint obase = uint(((b * pc.Tq + i) * pc.Hq + h) * pc.Dv);
+  const uint obase = uint(((b * pc.Tq + i) * pc.Hq + h) * HEAD_DV);
   const uint lse_at = uint((b * pc.Hq + h) * pc.Tq + i);
-  // A fully masked row (or one whose every logit underflowed to 0 weight) gives 0 and -inf.
-  if (!seen || !(l > 0.0)) {
+  // A fully masked row (every key masked or of logit -inf) gives 0 and -inf. A NaN l (a NaN or
+  // +inf logit) is not one: it runs on and makes the row NaN, as the non-finite policy says.
+  if (!seen || l == 0.0) {
     if (has(FLAG_LSE)) lse_f32[lse_at] = uintBitsToFloat(0xff800000u);
-    for (int d = 0; d < pc.Dv; ++d) out_f32[obase + uint(d)] = 0.0;
+    for (int d = 0; d < HEAD_DV; ++d) out_f32[obase + uint(d)] = 0.0;
     return;
   }
   // lse is over the visible keys only; a sink adds probability mass without value.
   if (has(FLAG_LSE)) lse_f32[lse_at] = m + log(l);
   float denom = l;
   if (has(FLAG_SINKS)) denom += exp(sinks_f32[h] - m);
-  for (int d = 0; d < pc.Dv; ++d) out_f32[obase + uint(d)] = acc[d] / denom;
+  for (int d = 0; d < HEAD_DV; ++d) out_f32[obase + uint(d)] = acc[d] / denom;
 }

@@ -12,8 +12,8 @@ void main() {
   if (i >= pc.Tq) return;
   const int hk = h / (pc.Hq / pc.Hkv);
 
-  const uint qbase = uint(((b * pc.Tq + i) * pc.Hq + h) * pc.D);
-  for (int d = 0; d < pc.D; ++d) qv[d] = load_q(qbase + uint(d));
+  const uint qbase = pc.q_off + uint(b) * pc.q_sb + uint(i) * pc.q_st + uint(h * HEAD_D);
+  for (int d = 0; d < HEAD_D; ++d) qv[d] = load_q(qbase + uint(d));
 
   int lo = 0, hi = pc.Tk;
   if (has(FLAG_PARAM_MASK)) param_interval(i, lo, hi);
@@ -29,7 +29,7 @@ void main() {
     const int j0 = int(entries[e] >> 1) * BK;
     const int nj = min(BK, pc.Tk - j0);
     const uint vis = tile_visibility(e, r, j0, nj, lo, hi, b, seg_i);
-    const uint krow0 = uint(((b * pc.Tk + j0) * pc.Hkv + hk) * pc.D), kstride = uint(pc.Hkv * pc.D);
+    const uint krow0 = pc.k_off + uint(b) * pc.k_sb + uint(j0) * pc.k_st + uint(hk * HEAD_D), kstride = pc.k_st;
     for (int t = 0; t < nj; ++t)
       if (((vis >> uint(t)) & 1u) == 0u) scratch[srow + uint(j0 + t)] = NEG_BIG;
     if (vis == 0u) continue;
@@ -56,7 +56,7 @@ void main() {
     }
   }
 
-  const uint obase = uint(((b * pc.Tq + i) * pc.Hq + h) * pc.Dv);
+  const uint obase = uint(((b * pc.Tq + i) * pc.Hq + h) * HEAD_DV);
   const uint lse_at = uint((b * pc.Hq + h) * pc.Tq + i);
   // Pass 2: the sum of exp over the visible keys (masked ones hold NEG_BIG: exp gives 0).
   float l = 0.0;
@@ -70,14 +70,16 @@ void main() {
       }
     }
   }
-  if (!any || !(l > 0.0)) {  // fully masked row: weights 0, out 0, lse -inf
+  // Fully masked row (every key masked or of logit -inf): weights 0, out 0, lse -inf. A NaN l
+  // (a NaN or +inf logit) runs on and makes the row NaN, as the non-finite policy says.
+  if (!any || l == 0.0) {
     for (uint e = e0; e < e1; ++e) {
       const int j0 = int(entries[e] >> 1) * BK;
       const int nj = min(BK, pc.Tk - j0);
       for (int t = 0; t < nj; ++t) scratch[srow + uint(j0 + t)] = 0.0;
     }
     if (has(FLAG_LSE)) lse_f32[lse_at] = uintBitsToFloat(0xff800000u);
-    for (int d = 0; d < pc.Dv; ++d) out_f32[obase + uint(d)] = 0.0;
+    for (int d = 0; d < HEAD_DV; ++d) out_f32[obase + uint(d)] = 0.0;
     return;
   }
   if (has(FLAG_LSE)) lse_f32[lse_at] = m + log(l);
@@ -85,11 +87,11 @@ void main() {
   if (has(FLAG_SINKS)) denom += exp(sinks_f32[h] - m);
 
   // Pass 3: probabilities (written back as the weights) and the weighted sum of v.
-  for (int d = 0; d < pc.Dv; ++d) acc[d] = 0.0;
+  for (int d = 0; d < HEAD_DV; ++d) acc[d] = 0.0;
   for (uint e = e0; e < e1; ++e) {
     const int j0 = int(entries[e] >> 1) * BK;
     const int nj = min(BK, pc.Tk - j0);
-    const uint vrow0 = uint(((b * pc.Tk + j0) * pc.Hkv + hk) * pc.Dv), vstride = uint(pc.Hkv * pc.Dv);
+    const uint vrow0 = pc.v_off + uint(b) * pc.v_sb + uint(j0) * pc.v_st + uint(hk * HEAD_DV), vstride = pc.v_st;
     for (int t0 = 0; t0 < nj; t0 += 4) {
       vec4 w = vec4(0.0);
       for (int c = 0; c < 4 && t0 + c < nj; ++c) {
@@ -107,5 +109,5 @@ void main() {
       }
     }
   }
-  for (int d = 0; d < pc.Dv; ++d) out_f32[obase + uint(d)] = acc[d];
+  for (int d = 0; d < HEAD_DV; ++d) out_f32[obase + uint(d)] = acc[d];
 }

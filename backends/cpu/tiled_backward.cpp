@@ -1,0 +1,579 @@
+// Per-tier source (compiled once per ISA tier, see README.md; chosen at run time by
+// cpu_dispatch.cpp, which validates the call): FlashAttention-2 backward on the CPU, deterministic: Splash
+// attention's split into a dq kernel and a dk/dv kernel, each owning what it writes, so no reduction depends
+// on the schedule.
+//
+// Per query row i (after the forward, whose out and lse are the residuals):
+//   Delta_i = rowsum(dout_i * out_i)          lz_i = lse_i, or logaddexp(lse_i, sink_h) with sinks
+//   P_ij  = exp(s_ij - lz_i)                   (recomputed per tile from the scores s = q.k * scale,
+//                                               soft cap, bias; 0 where masked)
+//   dP_ij = dout_i . v_j                       dS_ij = P_ij (dP_ij - Delta_i) [* (1 - tanh^2) with a cap]
+//   dq_i = scale sum_j dS_ij k_j    dk_j = scale sum_i dS_ij q_i    dv_j = sum_i P_ij dout_i
+//   dbias_ij = P_ij (dP_ij - Delta_i)          dsinks_h = -sum_i exp(sink_h - lz_i) Delta_i
+// A fully masked row has lse = -inf, hence lz = +inf, P = 0 and Delta = 0: zero gradients.
+//
+// Two kinds of task, run in one OpenMP loop (heaviest first, dynamic schedule):
+//  - dq task (b, q head h, q block qb): the forward's layout, lanes over query rows. Q^T, dO^T
+//    [D|Dv][bqp]; per kv block of the map's row: S^T = K Q^T and dP^T = V dO^T [bk][bqp], then
+//    dS^T, then dQ^T [D][bqp] += K^T-broadcast x dS^T. Each dq row is written by one task.
+//  - dk/dv unit (b, kv head, kv block kb): lanes over keys. K^T (pre-scaled), V^T [D|Dv][bkp];
+//    for each q head of the GQA group and each q block with a non-empty tile in column kb (in
+//    increasing order): S = Q K^T and dP = dO V^T [bq][bkp], P and dS, then dV^T += dO-broadcast x
+//    P and dK^T += Q-broadcast x dS. dk, dv rows are written by one unit; the GQA sum is a loop.
+//    dbias rows are accumulated here (lanes over keys = contiguous bias columns); when the bias
+//    is broadcast over batch or heads, the units sharing its rows form one task, run in order.
+// Both layouts make every inner loop a vector loop with D, Dv, bq and bk as trip counts (any head
+// dim, no horizontal sums). Partial tiles visit only the rows / keys some bit of the chunk sees
+// and skip micro-tiles whose bits are all 0; full tiles evaluate no mask. The dq/dk-dv split
+// recomputes S and dP in both kernels (7 products per tile instead of 5): the price of results
+// that are identical for any thread count without atomics or O(T^2) partial sums.
+//
+// Memory beyond inputs and gradients: Delta and lz [B, Hq, Tq] f32, the column index of the map,
+// and per-thread scratch of O((bq + bk) x (D + Dv) + bq x bk) floats: nothing of O(T^2).
+// The products run on micro_kernels.h, the forward's micro-kernels (S^T = K Q^T is its gemm_micro,
+// the gradient updates its accumulating scaled_acc).
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "attnops/backward.h"
+#include "backends/common/block_map_impl.h"
+#include "backends/cpu/aligned.h"
+#include "backends/cpu/micro_kernels.h"
+#include "backends/cpu/simd16.h"
+#include "backends/cpu/tier_entry.h"
+
+namespace attnops::cpu::ATTNOPS_TIER_NS {
+namespace {
+
+using simd::Mask16;
+using simd::V16;
+using i64 = std::int64_t;
+
+using micro::acc_panel;
+using micro::kMaxNC;
+using micro::kMaxR;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+i64 round_up(i64 x, i64 m) {
+  return (x + m - 1) / m * m;
+}
+
+// ---- scratch and small helpers ---------------------------------------------------------------
+
+template <class T>
+using Buf = AlignedArray<T>;
+
+// c[r][16n + l] = sum_k a[r * lda + k] * bt[k * ldb + 16n + l] (the forward's gemm_micro).
+inline void dot_tile(int R, int NC, const float* bt, i64 ldb, const float* a, i64 lda, i64 n, float* c,
+                     i64 ldc) {
+  micro::kGemm<false>[R - 1][NC - 1](a, lda, bt, ldb, n, c, ldc);
+}
+
+// The smallest and largest of the n >= 1 segment ids at `ids`.
+inline void id_range(const std::int32_t* ids, i64 n, std::int32_t& lo, std::int32_t& hi) {
+  lo = hi = ids[0];
+  for (i64 i = 1; i < n; ++i) lo = std::min(lo, ids[i]), hi = std::max(hi, ids[i]);
+}
+
+// Per-thread scratch for both kinds of task; sizes from the block and head dims only.
+struct Scratch {
+  // dq task, lanes over query rows (bqp): Q^T (scaled), dO^T, dQ^T, S^T / dS^T, dP^T, K / V tile
+  // widened from f16/bf16, the block's lz / Delta / segment ids.
+  Buf<float> qt, ot, dqt, st, dpt, kpack, vpack, lz, di;
+  Buf<std::int32_t> segq;
+  // dk/dv unit, lanes over keys (bkp): K^T (scaled), V^T, dK^T, dV^T, S / P, dP / dS, Q / dO rows
+  // widened from f16/bf16, the block's segment ids.
+  Buf<float> kt, vt, dkt, dvt, s, dp, qpack, opack;
+  Buf<std::int32_t> segk;
+  Buf<float> row, row2;  // one row of max(D, Dv) floats each
+  Scratch(i64 bq, i64 bk, i64 bqp, i64 bkp, i64 D, i64 Dv, bool convert)
+      : qt(aligned_array<float>(D * bqp)),
+        ot(aligned_array<float>(Dv * bqp)),
+        dqt(aligned_array<float>(D * bqp)),
+        st(aligned_array<float>(bk * bqp)),
+        dpt(aligned_array<float>(bk * bqp)),
+        kpack(aligned_array<float>(convert ? bk * D : 0)),
+        vpack(aligned_array<float>(convert ? bk * Dv : 0)),
+        lz(aligned_array<float>(bqp)),
+        di(aligned_array<float>(bqp)),
+        segq(aligned_array<std::int32_t>(bqp)),
+        kt(aligned_array<float>(D * bkp)),
+        vt(aligned_array<float>(Dv * bkp)),
+        dkt(aligned_array<float>(D * bkp)),
+        dvt(aligned_array<float>(Dv * bkp)),
+        s(aligned_array<float>(bq * bkp)),
+        dp(aligned_array<float>(bq * bkp)),
+        qpack(aligned_array<float>(convert ? bq * D : 0)),
+        opack(aligned_array<float>(convert ? bq * Dv : 0)),
+        segk(aligned_array<std::int32_t>(bkp)),
+        row(aligned_array<float>(std::max(D, Dv))),
+        row2(aligned_array<float>(std::max(D, Dv))) {}
+};
+
+// 16 bits of a bitset (row or transposed column) starting at bit l0, a multiple of 16.
+inline Mask16 bits16(const std::uint64_t* words, i64 l0) {
+  return static_cast<Mask16>(words[l0 >> 6] >> (l0 & 63));
+}
+// The low n bits set (n <= 16).
+inline Mask16 low_bits(i64 n) {
+  return static_cast<Mask16>(n >= 16 ? 0xffffu : (1u << n) - 1u);
+}
+
+// Element pointer of a BTHD view.
+inline const char* at(const TensorView& t, i64 b, i64 i, i64 h) {
+  return static_cast<const char*>(t.data()) +
+         (b * t.stride(0) + i * t.stride(1) + h * t.stride(2)) * static_cast<i64>(dtype_size(t.dtype()));
+}
+
+// Writes n floats times `mul` at element offset `off` of a contiguous f32/f16/bf16 tensor.
+void store_row(Tensor& t, i64 off, const float* src, i64 n, float mul) {
+  switch (t.dtype()) {
+    case DType::f32: {
+      float* o = t.data_as<float>() + off;
+      for (i64 e = 0; e < n; ++e) o[e] = src[e] * mul;
+      break;
+    }
+    case DType::f16: {
+      std::uint16_t* o = t.data_as<std::uint16_t>() + off;
+      for (i64 e = 0; e < n; ++e) o[e] = float_to_half_bits(src[e] * mul);
+      break;
+    }
+    default: {
+      std::uint16_t* o = t.data_as<std::uint16_t>() + off;
+      for (i64 e = 0; e < n; ++e) o[e] = float_to_bf16_bits(src[e] * mul);
+      break;
+    }
+  }
+}
+
+// One non-empty tile of column kb of the block map: its q block and how to mask it.
+struct ColBlock {
+  std::int32_t qb = 0;
+  std::int32_t partial = -1;  // as BlockMap::Block
+};
+
+// ---- the kernels -----------------------------------------------------------------------------
+
+struct Backward {
+  const BackwardProblem& bp;
+  const AttentionProblem& p;
+  const BlockMap& map;
+  GradientBuffers& g;
+  const float* lz;       // [B, Hq, Tq]: log of the softmax denominator (sink included); +inf if empty
+  const float* di;       // [B, Hq, Tq]: Delta = rowsum(dout * out)
+  const i64* col_start;  // column (head copy hh, kv block kb): col[col_start[hh*nk+kb] .. +1)
+  const ColBlock* col;
+  i64 bq, bk, bqp, bkp;
+  float scale, capf;
+  bool cap, convert, seg;
+
+  void dq_task(Scratch& s, i64 b, i64 h, i64 qb) const;
+  void dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const;
+};
+
+void Backward::dq_task(Scratch& s, i64 b, i64 h, i64 qb) const {
+  const i64 D = p.D, Dv = p.Dv, Tq = p.Tq, Tk = p.Tk;
+  const i64 kh = h / p.group();
+  const i64 i0 = qb * bq, nr = std::min(bq, Tq - i0), nvec = (nr + 15) / 16, lanes = nvec * 16;
+  float *qt = s.qt.get(), *ot = s.ot.get(), *dqt = s.dqt.get(), *st = s.st.get(), *dpt = s.dpt.get();
+  float *lzq = s.lz.get(), *diq = s.di.get();
+
+  // Q^T (scaled) and dO^T [D|Dv][bqp]; padding lanes: zeros, lz = +inf (P = 0), Delta = 0.
+  const i64 stat = (b * p.Hq + h) * Tq + i0;
+  for (i64 r = 0; r < lanes; ++r) {
+    const bool real = r < nr;
+    if (real) simd::convert_row(at(p.q, b, i0 + r, h), p.dtype, D, s.row.get(), scale);
+    for (i64 d = 0; d < D; ++d) qt[d * bqp + r] = real ? s.row[static_cast<std::size_t>(d)] : 0.f;
+    if (real) simd::convert_row(at(bp.dout, b, i0 + r, h), p.dtype, Dv, s.row.get());
+    for (i64 e = 0; e < Dv; ++e) ot[e * bqp + r] = real ? s.row[static_cast<std::size_t>(e)] : 0.f;
+    lzq[r] = real ? lz[stat + r] : kInf;
+    diq[r] = real ? di[stat + r] : 0.f;
+  }
+  for (i64 d = 0; d < D; ++d) std::fill(dqt + d * bqp, dqt + d * bqp + lanes, 0.f);
+
+  std::int32_t qseg_lo = 0, qseg_hi = 0;
+  const std::int32_t* segkv = seg ? p.seg_kv + b * Tk : nullptr;
+  if (seg) {
+    const std::int32_t* sq = p.seg_q + b * Tq + i0;
+    for (i64 r = 0; r < lanes; ++r) s.segq[static_cast<std::size_t>(r)] = sq[std::min(r, nr - 1)];
+    id_range(sq, nr, qseg_lo, qseg_hi);
+  }
+  const V16 capv = simd::set1(capf), inv_capv = simd::set1(1.f / capf), one = simd::set1(1.f);
+
+  for (const BlockMap::Block& blk : map.row(h, qb)) {
+    const i64 j0 = static_cast<i64>(blk.kv) * bk, nc = std::min(bk, Tk - j0);
+    if (seg) {
+      std::int32_t lo, hi;
+      id_range(segkv + j0, nc, lo, hi);
+      if (hi < qseg_lo || lo > qseg_hi) continue;
+    }
+    const float *kt, *vt;
+    i64 ldk, ldv;
+    if (!convert) {
+      kt = reinterpret_cast<const float*>(at(p.k, b, j0, kh));
+      vt = reinterpret_cast<const float*>(at(p.v, b, j0, kh));
+      ldk = p.k.stride(1), ldv = p.v.stride(1);
+    } else {
+      for (i64 c = 0; c < nc; ++c) {
+        simd::convert_row(at(p.k, b, j0 + c, kh), p.dtype, D, s.kpack.get() + c * D);
+        simd::convert_row(at(p.v, b, j0 + c, kh), p.dtype, Dv, s.vpack.get() + c * Dv);
+      }
+      kt = s.kpack.get(), vt = s.vpack.get(), ldk = D, ldv = Dv;
+    }
+
+    // Chunks of up to 64 query rows; in a partial tile only the keys [c_lo, c_hi) some row of
+    // the chunk sees, and micro-tiles with some visible bit (the rest is masked to 0 unread).
+    const bool partial = !blk.is_full();
+    for (i64 n0 = 0; n0 < nvec; n0 += kMaxNC) {
+      const int NC = static_cast<int>(std::min<i64>(kMaxNC, nvec - n0));
+      i64 c_lo = 0, c_hi = nc;
+      if (partial) {
+        const std::uint64_t rows = NC == 4 ? ~std::uint64_t{0} : (std::uint64_t{1} << (16 * NC)) - 1;
+        c_lo = nc, c_hi = 0;
+        for (i64 c = 0; c < nc; ++c)
+          if (map.partial_col(blk.partial, c)[n0 >> 2] & rows) c_lo = std::min(c_lo, c), c_hi = c + 1;
+        if (c_lo >= c_hi) continue;
+      }
+      for (i64 c0 = c_lo; c0 < c_hi; c0 += kMaxR) {
+        const int R = static_cast<int>(std::min<i64>(kMaxR, c_hi - c0));
+        if (partial) {
+          std::uint64_t any = 0;
+          for (int r = 0; r < R; ++r)
+            for (int v = 0; v < NC; ++v) any |= bits16(map.partial_col(blk.partial, c0 + r), (n0 + v) * 16);
+          if (!any) continue;
+        }
+        dot_tile(R, NC, qt + n0 * 16, bqp, kt + c0 * ldk, ldk, D, st + c0 * bqp + n0 * 16, bqp);
+        dot_tile(R, NC, ot + n0 * 16, bqp, vt + c0 * ldv, ldv, Dv, dpt + c0 * bqp + n0 * 16, bqp);
+      }
+
+      // dS^T = P^T * (dP^T - Delta) [* (1 - tanh^2)], 0 where masked; overwrites S^T.
+      for (i64 n = n0; n < n0 + NC; ++n) {
+        const i64 l0 = n * 16;
+        const Mask16 valid = low_bits(nr - l0);
+        const float* bias_base = p.bias ? p.bias_row(b, h, i0 + l0) + j0 : nullptr;
+        const V16 lzv = simd::load(lzq + l0), dv = simd::load(diq + l0);
+        for (i64 c = c_lo; c < c_hi; ++c) {
+          float* sc = st + c * bqp + l0;
+          V16 x = simd::load(sc), t = simd::zero();
+          if (cap) {
+            t = simd::tanh(simd::mul(x, inv_capv));
+            x = simd::mul(capv, t);
+          }
+          if (bias_base) x = simd::add(x, simd::gather(bias_base + c, static_cast<std::int32_t>(Tk), valid));
+          Mask16 vis = valid;
+          if (partial) vis &= bits16(map.partial_col(blk.partial, c), l0);
+          if (seg) vis &= simd::eq_i32(s.segq.get() + l0, segkv[j0 + c]);
+          const V16 pr = simd::exp(simd::sub(x, lzv));
+          V16 ds = simd::mul(pr, simd::sub(simd::load(dpt + c * bqp + l0), dv));
+          if (cap) ds = simd::mul(ds, simd::sub(one, simd::mul(t, t)));
+          simd::store(sc, simd::select(vis, ds, simd::zero()));
+        }
+      }
+
+      // dQ^T[d] += sum_c K[c][d] * dS^T[c] over the chunk's keys.
+      acc_panel(kt + c_lo * ldk, ldk, st + c_lo * bqp + n0 * 16, bqp, c_hi - c_lo, dqt + n0 * 16, bqp, D, NC);
+    }
+  }
+
+  for (i64 r = 0; r < nr; ++r) {
+    for (i64 d = 0; d < D; ++d) s.row[static_cast<std::size_t>(d)] = dqt[d * bqp + r];
+    store_row(g.dq, ((b * Tq + i0 + r) * p.Hq + h) * D, s.row.get(), D, scale);
+  }
+}
+
+void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
+  const i64 D = p.D, Dv = p.Dv, Tq = p.Tq, Tk = p.Tk, G = p.group();
+  const i64 j0 = kb * bk, nc = std::min(bk, Tk - j0), kvec = (nc + 15) / 16, klanes = kvec * 16;
+  const Mask16 last = low_bits(nc - 16 * (kvec - 1));  // valid keys of the last vector
+  float *kt = s.kt.get(), *vt = s.vt.get(), *dkt = s.dkt.get(), *dvt = s.dvt.get(), *sp = s.s.get(),
+        *dp = s.dp.get();
+
+  // K^T (scaled) and V^T [D|Dv][bkp]; padding keys are zeros (and masked below).
+  for (i64 c = 0; c < klanes; ++c) {
+    const bool real = c < nc;
+    if (real) simd::convert_row(at(p.k, b, j0 + c, kvh), p.dtype, D, s.row.get(), scale);
+    for (i64 d = 0; d < D; ++d) kt[d * bkp + c] = real ? s.row[static_cast<std::size_t>(d)] : 0.f;
+    if (real) simd::convert_row(at(p.v, b, j0 + c, kvh), p.dtype, Dv, s.row.get());
+    for (i64 e = 0; e < Dv; ++e) vt[e * bkp + c] = real ? s.row[static_cast<std::size_t>(e)] : 0.f;
+  }
+  for (i64 d = 0; d < D; ++d) std::fill(dkt + d * bkp, dkt + d * bkp + klanes, 0.f);
+  for (i64 e = 0; e < Dv; ++e) std::fill(dvt + e * bkp, dvt + e * bkp + klanes, 0.f);
+
+  std::int32_t kseg_lo = 0, kseg_hi = 0;
+  if (seg) {
+    const std::int32_t* sk = p.seg_kv + b * Tk + j0;
+    for (i64 c = 0; c < klanes; ++c) s.segk[static_cast<std::size_t>(c)] = sk[std::min(c, nc - 1)];
+    id_range(sk, nc, kseg_lo, kseg_hi);
+  }
+  const V16 capv = simd::set1(capf), inv_capv = simd::set1(1.f / capf), one = simd::set1(1.f);
+  float* dbias = g.dbias ? g.dbias->data_as<float>() : nullptr;
+
+  for (i64 gi = 0; gi < G; ++gi) {
+    const i64 h = kvh * G + gi, hh = map.head_copy(h);
+    const i64 cr = hh * map.nk + kb;
+    for (i64 t = col_start[cr]; t < col_start[cr + 1]; ++t) {
+      const ColBlock cb = col[t];
+      const i64 i0 = static_cast<i64>(cb.qb) * bq, nr = std::min(bq, Tq - i0);
+      const bool partial = cb.partial >= 0;
+      if (seg) {
+        const std::int32_t* sq = p.seg_q + b * Tq + i0;
+        std::int32_t lo, hi;
+        id_range(sq, nr, lo, hi);
+        if (hi < kseg_lo || lo > kseg_hi) continue;
+      }
+      const float *qr, *orow;
+      i64 ldq, ldo;
+      if (!convert) {
+        qr = reinterpret_cast<const float*>(at(p.q, b, i0, h));
+        orow = reinterpret_cast<const float*>(at(bp.dout, b, i0, h));
+        ldq = p.q.stride(1), ldo = bp.dout.stride(1);
+      } else {
+        for (i64 r = 0; r < nr; ++r) {
+          simd::convert_row(at(p.q, b, i0 + r, h), p.dtype, D, s.qpack.get() + r * D);
+          simd::convert_row(at(bp.dout, b, i0 + r, h), p.dtype, Dv, s.opack.get() + r * Dv);
+        }
+        qr = s.qpack.get(), orow = s.opack.get(), ldq = D, ldo = Dv;
+      }
+      const float* lzr = lz + (b * p.Hq + h) * Tq + i0;
+      const float* dir = di + (b * p.Hq + h) * Tq + i0;
+      float* dbias_rows = nullptr;  // row i0 of this head's dbias, column j0
+      if (dbias) {
+        const i64 bb = bp.bias_B == 1 ? 0 : b, hb = bp.bias_H == 1 ? 0 : h;
+        dbias_rows = dbias + ((bb * bp.bias_H + hb) * Tq + i0) * Tk + j0;
+      }
+
+      // Chunks of up to 64 keys; in a partial tile only the rows [r_lo, r_hi) that see a key of
+      // the chunk, and micro-tiles with some visible bit.
+      for (i64 n0 = 0; n0 < kvec; n0 += kMaxNC) {
+        const int NC = static_cast<int>(std::min<i64>(kMaxNC, kvec - n0));
+        const std::uint64_t keys = NC == 4 ? ~std::uint64_t{0} : (std::uint64_t{1} << (16 * NC)) - 1;
+        i64 r_lo = 0, r_hi = nr;
+        if (partial) {
+          r_lo = nr, r_hi = 0;
+          for (i64 r = 0; r < nr; ++r)
+            if (map.partial_row(cb.partial, r)[n0 >> 2] & keys) r_lo = std::min(r_lo, r), r_hi = r + 1;
+          if (r_lo >= r_hi) continue;
+        }
+        for (i64 r0 = r_lo; r0 < r_hi; r0 += kMaxR) {
+          const int R = static_cast<int>(std::min<i64>(kMaxR, r_hi - r0));
+          if (partial) {
+            std::uint64_t any = 0;
+            for (int r = 0; r < R; ++r) any |= map.partial_row(cb.partial, r0 + r)[n0 >> 2] & keys;
+            if (!any) continue;
+          }
+          dot_tile(R, NC, kt + n0 * 16, bkp, qr + r0 * ldq, ldq, D, sp + r0 * bkp + n0 * 16, bkp);
+          dot_tile(R, NC, vt + n0 * 16, bkp, orow + r0 * ldo, ldo, Dv, dp + r0 * bkp + n0 * 16, bkp);
+        }
+
+        // P (into S) and dS (into dP), 0 where masked; dbias += P * (dP - Delta).
+        for (i64 r = r_lo; r < r_hi; ++r) {
+          const V16 lzv = simd::set1(lzr[r]), dv = simd::set1(dir[r]);
+          const float* brow = p.bias ? p.bias_row(b, h, i0 + r) + j0 : nullptr;
+          float* dbrow = dbias_rows ? dbias_rows + r * Tk : nullptr;
+          const std::int32_t qseg = seg ? p.seg_q[b * Tq + i0 + r] : 0;
+          for (i64 n = n0; n < n0 + NC; ++n) {
+            const i64 c0 = n * 16;
+            const bool edge = n == kvec - 1 && last != 0xffffu;
+            Mask16 vis = n == kvec - 1 ? last : Mask16{0xffffu};
+            if (partial) vis &= bits16(map.partial_row(cb.partial, r), c0);
+            if (seg) vis &= simd::eq_i32(s.segk.get() + c0, qseg);
+            float* sc = sp + r * bkp + c0;
+            float* dc = dp + r * bkp + c0;
+            V16 x = simd::load(sc), t = simd::zero();
+            if (cap) {
+              t = simd::tanh(simd::mul(x, inv_capv));
+              x = simd::mul(capv, t);
+            }
+            if (brow) x = simd::add(x, edge ? simd::gather(brow + c0, 1, last) : simd::load(brow + c0));
+            const V16 pr = simd::select(vis, simd::exp(simd::sub(x, lzv)), simd::zero());
+            const V16 dsb = simd::select(vis, simd::mul(pr, simd::sub(simd::load(dc), dv)), simd::zero());
+            if (dbrow) {
+              if (!edge) {
+                simd::store(dbrow + c0, simd::add(simd::load(dbrow + c0), dsb));
+              } else {
+                alignas(64) float tmp[16];
+                simd::store(tmp, dsb);
+                for (i64 l = 0; l < nc - c0; ++l) dbrow[c0 + l] += tmp[l];
+              }
+            }
+            simd::store(sc, pr);
+            simd::store(dc, cap ? simd::mul(dsb, simd::sub(one, simd::mul(t, t))) : dsb);
+          }
+        }
+
+        // dV^T[e] += sum_r dO[r][e] * P[r];  dK^T[d] += sum_r Q[r][d] * dS[r]  (rows [r_lo, r_hi)).
+        const i64 nrows = r_hi - r_lo;
+        acc_panel(orow + r_lo * ldo, ldo, sp + r_lo * bkp + n0 * 16, bkp, nrows, dvt + n0 * 16, bkp, Dv, NC);
+        acc_panel(qr + r_lo * ldq, ldq, dp + r_lo * bkp + n0 * 16, bkp, nrows, dkt + n0 * 16, bkp, D, NC);
+      }
+    }
+  }
+
+  // dk = scale * dK (K^T was pre-scaled, so the products above carry scale once, for S only).
+  for (i64 c = 0; c < nc; ++c) {
+    for (i64 d = 0; d < D; ++d) s.row[static_cast<std::size_t>(d)] = dkt[d * bkp + c];
+    store_row(g.dk, ((b * Tk + j0 + c) * p.Hkv + kvh) * D, s.row.get(), D, scale);
+    for (i64 e = 0; e < Dv; ++e) s.row[static_cast<std::size_t>(e)] = dvt[e * bkp + c];
+    store_row(g.dv, ((b * Tk + j0 + c) * p.Hkv + kvh) * Dv, s.row.get(), Dv, 1.f);
+  }
+}
+
+// Delta and lz per row (parallel over (b, h): each row by one thread), then dsinks (per head, in
+// row order, in double).
+void row_statistics(const BackwardProblem& bp, std::vector<Scratch>& scratch, int nt, float* lz, float* di,
+                    GradientBuffers& g) {
+  const AttentionProblem& p = bp.fwd;
+  const i64 Tq = p.Tq, Hq = p.Hq, Dv = p.Dv, n = p.B * Hq;
+#pragma omp parallel for num_threads(nt) schedule(static)
+  for (i64 bh = 0; bh < n; ++bh) {
+    Scratch& s = scratch[static_cast<std::size_t>(omp_get_thread_num())];
+    const i64 b = bh / Hq, h = bh % Hq;
+    for (i64 i = 0; i < Tq; ++i) {
+      const i64 r = bh * Tq + i;
+      const float lse = bp.lse[r];
+      if (lse == -kInf) {  // fully masked row: P = 0 everywhere
+        lz[r] = kInf, di[r] = 0.f;
+        continue;
+      }
+      simd::convert_row(at(bp.dout, b, i, h), p.dtype, Dv, s.row.get());
+      simd::convert_row(at(bp.out, b, i, h), p.dtype, Dv, s.row2.get());
+      float acc = 0.f;
+      for (i64 e = 0; e < Dv; ++e)
+        acc += s.row[static_cast<std::size_t>(e)] * s.row2[static_cast<std::size_t>(e)];
+      di[r] = acc;
+      if (p.sinks) {
+        const float a = p.sinks[h], m = std::max(lse, a);
+        lz[r] = m + std::log(std::exp(lse - m) + std::exp(a - m));
+      } else {
+        lz[r] = lse;
+      }
+    }
+  }
+  if (!g.dsinks) return;
+  float* ds = g.dsinks->data_as<float>();
+  for (i64 h = 0; h < Hq; ++h) {
+    double acc = 0;
+    for (i64 b = 0; b < p.B; ++b)
+      for (i64 i = 0; i < Tq; ++i) {
+        const i64 r = (b * Hq + h) * Tq + i;
+        if (lz[r] != kInf) acc += std::exp(static_cast<double>(p.sinks[h]) - lz[r]) * di[r];
+      }
+    ds[h] = static_cast<float>(-acc);
+  }
+}
+
+}  // namespace
+
+const char* tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads) {
+  const AttentionProblem& p = bp.fwd;
+  static constexpr const char* kDetail = "f32 micro-kernels (dq pass + dk/dv pass)";
+  if (p.B == 0 || p.Tq == 0 || p.Tk == 0)
+    return kDetail;  // nothing visible: the zero-filled buffers are the answer
+  const i64 bq = map.bq, bk = map.bk, bqp = round_up(bq, 16), bkp = round_up(bk, 16);
+
+  // Column index of the map: for each (head copy, kv block), its non-empty tiles by q block.
+  // (Aligned arrays, not std::vector<i64>: link-once instances of std templates over plain types
+  // would be shared with other objects, aligned.h.)
+  const i64 ncols = map.heads * map.nk;
+  const Buf<i64> col_start = aligned_array<i64>(ncols + 1);
+  std::fill(col_start.get(), col_start.get() + ncols + 1, i64{0});
+  std::vector<ColBlock> col(static_cast<std::size_t>(map.num_blocks()));
+  for (i64 hh = 0; hh < map.heads; ++hh)
+    for (i64 qb = 0; qb < map.nq; ++qb)
+      for (const BlockMap::Block& blk : map.row(hh, qb)) ++col_start[hh * map.nk + blk.kv + 1];
+  for (i64 i = 1; i <= ncols; ++i) col_start[i] += col_start[i - 1];
+  {
+    const Buf<i64> fill = aligned_array<i64>(ncols);
+    std::copy(col_start.get(), col_start.get() + ncols, fill.get());
+    for (i64 hh = 0; hh < map.heads; ++hh)
+      for (i64 qb = 0; qb < map.nq; ++qb)
+        for (const BlockMap::Block& blk : map.row(hh, qb))
+          col[static_cast<std::size_t>(fill[hh * map.nk + blk.kv]++)] = {static_cast<std::int32_t>(qb),
+                                                                         blk.partial};
+  }
+  const auto column_size = [&](i64 h, i64 kb) {
+    const i64 cr = map.head_copy(h) * map.nk + kb;
+    return col_start[cr + 1] - col_start[cr];
+  };
+
+  // Tasks: dq tasks (kind 0) and dk/dv tasks (kind 1, b / kvh = -1: every batch / kv head, in
+  // order, because they accumulate into the same rows of a broadcast dbias). Cost in tile
+  // products; tasks with nothing visible are dropped (their gradients stay zero).
+  struct Task {
+    std::int32_t kind, b, h, blk;
+    i64 cost;
+  };
+  std::vector<Task> tasks;
+  for (i64 qb = 0; qb < map.nq; ++qb)
+    for (i64 b = 0; b < p.B; ++b)
+      for (i64 h = 0; h < p.Hq; ++h)
+        if (const auto n = static_cast<i64>(map.row(h, qb).size()); n > 0)
+          tasks.push_back({0, static_cast<std::int32_t>(b), static_cast<std::int32_t>(h),
+                           static_cast<std::int32_t>(qb), 3 * n});
+  const bool all_b = p.bias && bp.bias_B == 1 && p.B > 1, all_h = p.bias && bp.bias_H == 1 && p.Hkv > 1;
+  for (i64 kb = 0; kb < map.nk; ++kb)
+    for (i64 b = 0; b < (all_b ? 1 : p.B); ++b)
+      for (i64 kvh = 0; kvh < (all_h ? 1 : p.Hkv); ++kvh) {
+        i64 n = 0;
+        for (i64 h = 0; h < p.Hq; ++h)
+          if (all_h || h / p.group() == kvh) n += column_size(h, kb);
+        if (n > 0)
+          tasks.push_back({1, all_b ? -1 : static_cast<std::int32_t>(b),
+                           all_h ? -1 : static_cast<std::int32_t>(kvh), static_cast<std::int32_t>(kb),
+                           4 * n * (all_b ? p.B : 1)});
+      }
+  std::stable_sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) { return x.cost > y.cost; });
+
+  int nt = std::clamp(p.num_threads > 0 ? p.num_threads : omp_get_max_threads(), 1, max_worker_threads());
+  nt = static_cast<int>(std::clamp<i64>(std::max<i64>(static_cast<i64>(tasks.size()), p.B * p.Hq), 1, nt));
+  std::vector<Scratch> scratch;  // allocated before the parallel regions: a failure throws here
+  scratch.reserve(static_cast<std::size_t>(nt));
+  for (int t = 0; t < nt; ++t) scratch.emplace_back(bq, bk, bqp, bkp, p.D, p.Dv, p.dtype != DType::f32);
+
+  const i64 nrows = p.B * p.Hq * p.Tq;
+  const Buf<float> lz = aligned_array<float>(nrows), di = aligned_array<float>(nrows);
+  row_statistics(bp, scratch, nt, lz.get(), di.get(), grads);
+
+  const bool cap = p.soft_cap.has_value();
+  const Backward k{bp,
+                   p,
+                   map,
+                   grads,
+                   lz.get(),
+                   di.get(),
+                   col_start.get(),
+                   col.data(),
+                   bq,
+                   bk,
+                   bqp,
+                   bkp,
+                   static_cast<float>(p.scale),
+                   cap ? static_cast<float>(*p.soft_cap) : 1.f,
+                   cap,
+                   p.dtype != DType::f32,
+                   p.has_segments()};
+  const auto ntasks = static_cast<i64>(tasks.size());
+#pragma omp parallel num_threads(nt)
+  {
+    Scratch& s = scratch[static_cast<std::size_t>(omp_get_thread_num())];
+#pragma omp for schedule(dynamic, 1)
+    for (i64 t = 0; t < ntasks; ++t) {
+      const Task& task = tasks[static_cast<std::size_t>(t)];
+      if (task.kind == 0) {
+        k.dq_task(s, task.b, task.h, task.blk);
+        continue;
+      }
+      const i64 b0 = task.b < 0 ? 0 : task.b, b1 = task.b < 0 ? p.B : task.b + 1;
+      const i64 h0 = task.h < 0 ? 0 : task.h, h1 = task.h < 0 ? p.Hkv : task.h + 1;
+      for (i64 b = b0; b < b1; ++b)
+        for (i64 kvh = h0; kvh < h1; ++kvh) k.dkv_unit(s, b, kvh, task.blk);
+    }
+  }
+  return kDetail;
+}
+
+}  // namespace attnops::cpu::ATTNOPS_TIER_NS

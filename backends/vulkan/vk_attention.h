@@ -1,0 +1,51 @@
+// The attention kernels' launch code (flash.comp / vanilla.comp, convert.comp for device
+// outputs in 16-bit dtypes) on the runtime's Batch interface. Internal to backends/vulkan.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "attnops/decision.h"
+#include "attnops/problem.h"
+#include "backends/common/block_map.h"
+#include "backends/vulkan/vk_instance.h"
+#include "backends/vulkan/vulkan_backend.h"
+
+namespace attnops::vulkan {
+
+// Why the device `pd` cannot run `p` with `kernel` (size limits, head_dim, dtype, device views
+// it cannot address), or nullopt.
+std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem& p,
+                                           const rt::PhysicalDevice& pd);
+
+// One call: uploads the host inputs (device-resident ones are bound where they are), one
+// submission with the attention pass (and the convert pass for a 16-bit device output), reads
+// back what the caller keeps on the host. Fills buffers.run.
+void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const GpuSettings& settings,
+                   AttentionBuffers& buffers);
+
+// Helpers of the launch files (vk_attention.cpp, vk_backward.cpp).
+namespace rt {
+class Batch;
+struct Slice;
+}  // namespace rt
+// The shaders' dtype code (specialization constant DTYPE): 0 f32, 1 f16, 2 bf16.
+std::uint32_t dtype_code(DType t);
+// Bytes of a packed q/k/v array, rounded up to whole 16-byte vectors (the shaders read uvec4s).
+std::uint64_t packed_bytes(std::int64_t elements, std::size_t elem_size);
+// Elements of the bias buffer the shaders index (b * stride_b + h * stride_h + i * Tk + j).
+std::uint64_t bias_elements(const AttentionProblem& p);
+// The largest storage buffer to plan with: maxStorageBufferRange, or less under
+// debug::set_max_buffer_bytes.
+std::uint64_t buffer_range(const rt::PhysicalDevice& pd);
+std::string mib(std::uint64_t bytes);  // "12.5 MiB"
+// Copies a BTHD view (any outer strides, innermost contiguous) into a packed [B, T, H, D] array.
+void pack_bthd(const TensorView& t, void* dst);
+// min(v, hi) as int32 (mask parameters past the sequence act like no bound).
+std::int32_t clip32(std::int64_t v, std::int64_t hi);
+// A host array uploaded into a scratch slice of `batch` (an invalid slice, bound to the dummy,
+// when empty).
+rt::Slice upload_array(rt::Batch& batch, const void* data, std::uint64_t bytes);
+
+}  // namespace attnops::vulkan

@@ -1,0 +1,214 @@
+// describe_device: what a physical device offers (limits, subgroups, 16/8-bit types,
+// cooperative matrices, timestamps, memory heaps, budget and host-pointer import). Queried,
+// never assumed: a structure is chained only when the device's version or extension list says
+// the driver knows it.
+#include "backends/vulkan/vk_caps.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backends/vulkan/vk_instance.h"
+
+namespace attnops::vulkan::rt {
+
+namespace {
+
+std::string version_string(std::uint32_t v) {
+  return std::to_string(VK_API_VERSION_MAJOR(v)) + "." + std::to_string(VK_API_VERSION_MINOR(v)) + "." +
+         std::to_string(VK_API_VERSION_PATCH(v));
+}
+
+std::string type_name(VkPhysicalDeviceType t) {
+  switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU:
+      return "discrete";
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU:
+      return "integrated";
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU:
+      return "virtual";
+    case VK_PHYSICAL_DEVICE_TYPE_CPU:
+      return "cpu";
+    default:
+      return "other";
+  }
+}
+
+std::vector<std::string> device_extensions(VkPhysicalDevice h) {
+  std::uint32_t n = 0;
+  std::vector<std::string> out;
+  if (vkEnumerateDeviceExtensionProperties(h, nullptr, &n, nullptr) != VK_SUCCESS) return out;
+  std::vector<VkExtensionProperties> ext(n);
+  if (vkEnumerateDeviceExtensionProperties(h, nullptr, &n, ext.data()) != VK_SUCCESS) return out;
+  for (const auto& e : ext) out.emplace_back(e.extensionName);
+  return out;
+}
+
+void query_coopmat(VkInstance inst, PhysicalDevice& pd) {
+  DeviceCaps& c = pd.caps;
+  if (pd.has_extension(kKhrCoopMatExtension)) {
+    auto fn = reinterpret_cast<PfnKhrCoopMatProperties>(
+        vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR"));
+    std::uint32_t n = 0;
+    if (fn != nullptr && fn(pd.handle, &n, nullptr) == VK_SUCCESS) {
+      std::vector<KhrCoopMatProperties> props(n);
+      for (auto& p : props) {
+        p = KhrCoopMatProperties{};
+        p.sType = kStypeKhrCoopMatProperties;
+      }
+      if (fn(pd.handle, &n, props.data()) == VK_SUCCESS) {
+        for (std::uint32_t i = 0; i < n; ++i) {
+          const auto& p = props[i];
+          c.coopmat_khr_shapes.push_back(
+              {p.MSize, p.NSize, p.KSize, static_cast<std::uint32_t>(p.AType),
+               static_cast<std::uint32_t>(p.BType), static_cast<std::uint32_t>(p.CType),
+               static_cast<std::uint32_t>(p.ResultType), p.saturatingAccumulation == VK_TRUE,
+               static_cast<std::uint32_t>(p.scope)});
+        }
+        c.coopmat_khr = true;
+      }
+    }
+  }
+  if (pd.has_extension(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) {
+    auto fn = reinterpret_cast<PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesNV>(
+        vkGetInstanceProcAddr(inst, "vkGetPhysicalDeviceCooperativeMatrixPropertiesNV"));
+    std::uint32_t n = 0;
+    if (fn != nullptr && fn(pd.handle, &n, nullptr) == VK_SUCCESS) {
+      std::vector<VkCooperativeMatrixPropertiesNV> props(
+          n, make<VkCooperativeMatrixPropertiesNV>(VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_NV));
+      if (fn(pd.handle, &n, props.data()) == VK_SUCCESS) {
+        for (std::uint32_t i = 0; i < n; ++i) {
+          const auto& p = props[i];
+          c.coopmat_nv_shapes.push_back(
+              {p.MSize, p.NSize, p.KSize, static_cast<std::uint32_t>(p.AType),
+               static_cast<std::uint32_t>(p.BType), static_cast<std::uint32_t>(p.CType),
+               static_cast<std::uint32_t>(p.DType), false, static_cast<std::uint32_t>(p.scope)});
+        }
+        c.coopmat_nv = true;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+PhysicalDevice describe_device(VkInstance inst, VkPhysicalDevice h, int index) {
+  PhysicalDevice pd;
+  pd.handle = h;
+  pd.extensions = device_extensions(h);
+  VkPhysicalDeviceProperties props{};
+  vkGetPhysicalDeviceProperties(h, &props);
+  pd.api_version = props.apiVersion;
+  DeviceCaps& c = pd.caps;
+  const VkPhysicalDeviceLimits& lim = props.limits;
+  c.max_shared_memory = lim.maxComputeSharedMemorySize;
+  c.max_invocations = lim.maxComputeWorkGroupInvocations;
+  c.max_push_constants = lim.maxPushConstantsSize;
+  for (int a = 0; a < 3; ++a) {
+    c.max_group_count[a] = lim.maxComputeWorkGroupCount[a];
+    c.max_group_size[a] = lim.maxComputeWorkGroupSize[a];
+  }
+  c.max_storage_buffer_range = lim.maxStorageBufferRange;
+  c.min_storage_offset_alignment = std::max<std::uint64_t>(lim.minStorageBufferOffsetAlignment, 1);
+  c.non_coherent_atom_size = std::max<std::uint64_t>(lim.nonCoherentAtomSize, 1);
+  c.timestamp_period_ns = lim.timestampPeriod;
+
+  GpuDeviceInfo& info = pd.info;
+  info.index = index;
+  info.name = props.deviceName;
+  info.type = type_name(props.deviceType);
+  info.software = props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+  info.api_version = version_string(props.apiVersion);
+  info.max_shared_memory = c.max_shared_memory;
+  info.max_workgroup_invocations = c.max_invocations;
+  info.max_storage_buffer_range = c.max_storage_buffer_range;
+
+  c.memory_budget = pd.has_extension(VK_EXT_MEMORY_BUDGET_EXTENSION_NAME);
+  c.external_memory_host = pd.has_extension(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
+  const bool v13 = props.apiVersion >= VK_API_VERSION_1_3;
+  const bool size_control = v13 || pd.has_extension(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+  if (props.apiVersion >= VK_API_VERSION_1_2) {
+    // Structures of Vulkan 1.1/1.2 may only be chained for devices that report those versions.
+    auto subgroup =
+        make<VkPhysicalDeviceSubgroupProperties>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES);
+    auto m3 = make<VkPhysicalDeviceMaintenance3Properties>(
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_MAINTENANCE_3_PROPERTIES);
+    auto sizes = make<VkPhysicalDeviceSubgroupSizeControlProperties>(
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES);
+    auto host = make<VkPhysicalDeviceExternalMemoryHostPropertiesEXT>(
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_EXTERNAL_MEMORY_HOST_PROPERTIES_EXT);
+    subgroup.pNext = &m3;
+    void** tail = &m3.pNext;
+    if (size_control) {
+      *tail = &sizes;
+      tail = &sizes.pNext;
+    }
+    if (c.external_memory_host) *tail = &host;
+    auto props2 = make<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2);
+    props2.pNext = &subgroup;
+    vkGetPhysicalDeviceProperties2(h, &props2);
+    c.subgroup_size = subgroup.subgroupSize;
+    c.subgroup_ops = subgroup.supportedOperations;
+    c.max_allocation = m3.maxMemoryAllocationSize;
+    c.min_subgroup_size = c.max_subgroup_size = c.subgroup_size;
+    if (size_control) {
+      c.min_subgroup_size = sizes.minSubgroupSize;
+      c.max_subgroup_size = sizes.maxSubgroupSize;
+      c.required_subgroup_size_compute =
+          (sizes.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
+    }
+    if (c.external_memory_host) c.host_pointer_alignment = host.minImportedHostPointerAlignment;
+
+    auto f11 = make<VkPhysicalDeviceVulkan11Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_1_FEATURES);
+    auto f12 = make<VkPhysicalDeviceVulkan12Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
+    auto fsize = make<VkPhysicalDeviceSubgroupSizeControlFeatures>(
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES);
+    f11.pNext = &f12;
+    if (size_control) f12.pNext = &fsize;
+    auto f2 = make<VkPhysicalDeviceFeatures2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2);
+    f2.pNext = &f11;
+    vkGetPhysicalDeviceFeatures2(h, &f2);
+    c.shader_float16 = f12.shaderFloat16 == VK_TRUE;
+    c.shader_int8 = f12.shaderInt8 == VK_TRUE;
+    c.storage_16bit = f11.storageBuffer16BitAccess == VK_TRUE;
+    c.storage_8bit = f12.storageBuffer8BitAccess == VK_TRUE;
+    c.subgroup_size_control = size_control && fsize.subgroupSizeControl == VK_TRUE;
+    c.compute_full_subgroups = size_control && fsize.computeFullSubgroups == VK_TRUE;
+    if (!c.subgroup_size_control) c.required_subgroup_size_compute = false;
+    // Reported for information: today's shaders read 16-bit data as uint words and need neither.
+    info.shader_f16 = c.shader_float16 && c.storage_16bit;
+    info.subgroup_size = c.subgroup_size;
+  }
+  query_coopmat(inst, pd);
+
+  VkPhysicalDeviceMemoryProperties mp{};
+  vkGetPhysicalDeviceMemoryProperties(h, &mp);
+  for (std::uint32_t i = 0; i < mp.memoryHeapCount; ++i)
+    c.heaps.push_back(
+        {mp.memoryHeaps[i].size, (mp.memoryHeaps[i].flags & VK_MEMORY_HEAP_DEVICE_LOCAL_BIT) != 0});
+  for (std::uint32_t t = 0; t < mp.memoryTypeCount; ++t) {
+    const VkMemoryPropertyFlags f = mp.memoryTypes[t].propertyFlags;
+    if ((f & VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT) && (f & VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT))
+      c.device_local_host_visible = true;
+  }
+
+  std::uint32_t nq = 0;
+  vkGetPhysicalDeviceQueueFamilyProperties(h, &nq, nullptr);
+  std::vector<VkQueueFamilyProperties> families(nq);
+  vkGetPhysicalDeviceQueueFamilyProperties(h, &nq, families.data());
+  // Prefer a compute family without graphics (a dedicated compute queue), else any compute one.
+  for (int pass = 0; pass < 2 && pd.compute_family == UINT32_MAX; ++pass)
+    for (std::uint32_t f = 0; f < nq; ++f) {
+      const VkQueueFlags fl = families[f].queueFlags;
+      if ((fl & VK_QUEUE_COMPUTE_BIT) == 0 || families[f].queueCount == 0) continue;
+      if (pass == 0 && (fl & VK_QUEUE_GRAPHICS_BIT) != 0) continue;
+      pd.compute_family = f;
+      break;
+    }
+  if (pd.compute_family != UINT32_MAX) {
+    c.timestamp_valid_bits = families[pd.compute_family].timestampValidBits;
+    c.timestamps = c.timestamp_valid_bits > 0 && c.timestamp_period_ns > 0;
+  }
+  return pd;
+}
+
+}  // namespace attnops::vulkan::rt

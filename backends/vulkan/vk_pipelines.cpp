@@ -1,0 +1,128 @@
+// Pipelines of a Device: the shared descriptor-set and pipeline layouts, shader modules from the
+// embedded table (vk_shader_table.h), compute pipelines keyed by (shader, specialization
+// constants, subgroup size) through the pipeline cache, and the cache file.
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+
+#include "backends/vulkan/vk_device.h"
+
+namespace attnops::vulkan::rt {
+
+void Device::create_pipeline_objects(const GpuSettings& settings) {
+  // Pipeline cache, seeded from the file when there is one (drivers ignore data whose header
+  // does not match their device and version, so a stale file is harmless).
+  std::vector<char> blob;
+  if (!settings.pipeline_cache.empty()) {
+    std::ifstream in(settings.pipeline_cache, std::ios::binary);
+    if (in) blob.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  auto cci = make<VkPipelineCacheCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO);
+  cci.initialDataSize = blob.size();
+  cci.pInitialData = blob.empty() ? nullptr : blob.data();
+  VkPipelineCache cache = VK_NULL_HANDLE;
+  if (vkCreatePipelineCache(device_, &cci, nullptr, &cache) != VK_SUCCESS) {
+    cci.initialDataSize = 0;  // a corrupt file: start empty
+    cci.pInitialData = nullptr;
+    check(vkCreatePipelineCache(device_, &cci, nullptr, &cache), "vkCreatePipelineCache");
+  }
+  cache_ = Owned<VkPipelineCache>(device_, cache, vkDestroyPipelineCache);
+
+  VkDescriptorSetLayoutBinding bindings[kBindings];
+  for (std::uint32_t b = 0; b < kBindings; ++b) {
+    bindings[b] = VkDescriptorSetLayoutBinding{};
+    bindings[b].binding = b;
+    bindings[b].descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER;
+    bindings[b].descriptorCount = 1;
+    bindings[b].stageFlags = VK_SHADER_STAGE_COMPUTE_BIT;
+  }
+  auto lci = make<VkDescriptorSetLayoutCreateInfo>(VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO);
+  lci.bindingCount = kBindings;
+  lci.pBindings = bindings;
+  VkDescriptorSetLayout set_layout = VK_NULL_HANDLE;
+  check(vkCreateDescriptorSetLayout(device_, &lci, nullptr, &set_layout), "vkCreateDescriptorSetLayout");
+  set_layout_ = Owned<VkDescriptorSetLayout>(device_, set_layout, vkDestroyDescriptorSetLayout);
+
+  if (pd_.caps.max_push_constants < kPushConstantBytes)
+    throw Error(ErrorCode::gpu_error,
+                "Vulkan: the device allows " + std::to_string(pd_.caps.max_push_constants) +
+                    " bytes of push constants, the runtime needs " + std::to_string(kPushConstantBytes));
+  VkPushConstantRange range{VK_SHADER_STAGE_COMPUTE_BIT, 0, kPushConstantBytes};
+  auto plci = make<VkPipelineLayoutCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO);
+  plci.setLayoutCount = 1;
+  plci.pSetLayouts = &set_layout;
+  plci.pushConstantRangeCount = 1;
+  plci.pPushConstantRanges = &range;
+  VkPipelineLayout pl = VK_NULL_HANDLE;
+  check(vkCreatePipelineLayout(device_, &plci, nullptr, &pl), "vkCreatePipelineLayout");
+  pipeline_layout_ = Owned<VkPipelineLayout>(device_, pl, vkDestroyPipelineLayout);
+  modules_.resize(static_cast<std::size_t>(ShaderId::count_));
+}
+
+VkPipeline Device::pipeline(const PipelineKey& key) {
+  check_usable();
+  auto it = pipelines_.find(key);
+  if (it != pipelines_.end()) return it->second.get();
+  const auto id = static_cast<std::size_t>(key.shader);
+  if (id >= modules_.size()) throw Error(ErrorCode::internal, "Vulkan: unknown shader id");
+  if (modules_[id].get() == VK_NULL_HANDLE) {
+    const ShaderBlob& blob = shader_blob(key.shader);
+    auto sci = make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
+    sci.codeSize = blob.words * sizeof(std::uint32_t);
+    sci.pCode = blob.code;
+    VkShaderModule mod = VK_NULL_HANDLE;
+    check(vkCreateShaderModule(device_, &sci, nullptr, &mod), "vkCreateShaderModule");
+    modules_[id] = Owned<VkShaderModule>(device_, mod, vkDestroyShaderModule);
+  }
+  if (key.subgroup_size != 0 && !pd_.caps.required_subgroup_size_compute)
+    throw Error(ErrorCode::unsupported_feature,
+                std::string("Vulkan: ") + shader_blob(key.shader).name + " asks for subgroup size " +
+                    std::to_string(key.subgroup_size) + " and the device cannot require one for compute");
+  VkSpecializationMapEntry entries[8];
+  for (std::uint32_t c = 0; c < key.spec_count; ++c) entries[c] = {c, c * 4u, 4u};
+  VkSpecializationInfo spec{key.spec_count, entries, key.spec_count * 4u, key.spec.data()};
+  auto ci = make<VkComputePipelineCreateInfo>(VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO);
+  ci.stage.sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO;
+  ci.stage.stage = VK_SHADER_STAGE_COMPUTE_BIT;
+  ci.stage.module = modules_[id].get();
+  ci.stage.pName = "main";
+  ci.stage.pSpecializationInfo = key.spec_count > 0 ? &spec : nullptr;
+  auto required = make<VkPipelineShaderStageRequiredSubgroupSizeCreateInfo>(
+      VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO);
+  if (key.subgroup_size != 0) {
+    required.requiredSubgroupSize = key.subgroup_size;
+    ci.stage.pNext = &required;
+  }
+  if (key.full_subgroups && pd_.caps.compute_full_subgroups)
+    ci.stage.flags |= VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT;
+  ci.layout = pipeline_layout_.get();
+  VkPipeline p = VK_NULL_HANDLE;
+  check(vkCreateComputePipelines(device_, cache_.get(), 1, &ci, nullptr, &p), "vkCreateComputePipelines");
+  count_created(Created::pipeline);
+  pipelines_.emplace(key, Owned<VkPipeline>(device_, p, vkDestroyPipeline));
+  cache_dirty_ = true;
+  return p;
+}
+
+void Device::persist_cache(const std::string& path) {
+  if (path.empty() || (!cache_dirty_ && path == saved_path_)) return;
+  std::size_t size = 0;
+  if (vkGetPipelineCacheData(device_, cache_.get(), &size, nullptr) != VK_SUCCESS || size == 0) return;
+  std::vector<char> data(size);
+  if (vkGetPipelineCacheData(device_, cache_.get(), &size, data.data()) != VK_SUCCESS) return;
+  // Write-then-rename so that a concurrent reader never sees half a file. A cache that cannot
+  // be written only costs compile time later, so it is reported, not thrown.
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+  out.write(data.data(), static_cast<std::streamsize>(size));
+  out.close();
+  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    std::fprintf(stderr, "attnops: could not write the Vulkan pipeline cache to %s\n", path.c_str());
+    return;
+  }
+  saved_path_ = path;
+  cache_dirty_ = false;
+}
+
+}  // namespace attnops::vulkan::rt

@@ -1,0 +1,102 @@
+#include "cli/output_set.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "attnops/error.h"
+
+namespace attnops::cli {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what, const std::string& path, const std::string& why) {
+  throw Error(ErrorCode::io_error, what + " '" + path + "': " + why);
+}
+
+std::string errno_text() {
+  return std::strerror(errno);
+}
+
+// A name in the target's directory that no one else uses: ".NAME.attnops-XXXXXXXX".
+std::string temp_name(const std::string& path, std::mt19937_64& rng) {
+  const std::filesystem::path p(path);
+  char suffix[17];
+  std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(rng()));
+  // Appended piece by piece: "." + string trips GCC 12's -Wrestrict false positive (-Werror).
+  std::string name(1, '.');
+  name += p.filename().string();
+  name += ".attnops-";
+  name += suffix;
+  return (p.parent_path() / name).string();
+}
+
+}  // namespace
+
+OutputSet::~OutputSet() {
+  for (Output& o : outputs_) {
+    if (o.fd >= 0) ::close(o.fd);
+    if (!committed_ && !o.temp.empty()) ::unlink(o.temp.c_str());
+  }
+}
+
+int OutputSet::add(const std::string& path, const std::string& what) {
+  if (path.empty()) fail(what, path, "empty path");
+  std::error_code ec;
+  const auto canonical = std::filesystem::weakly_canonical(path, ec);
+  for (const Output& o : outputs_) {
+    std::error_code ec2;
+    if (o.path == path || (!ec && std::filesystem::weakly_canonical(o.path, ec2) == canonical && !ec2))
+      fail(what, path, "is also the output of " + o.what + "; give each output its own file");
+  }
+  Output o;
+  o.path = path;
+  o.what = what;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode)) fail(what, path, "is a directory");
+    if (!S_ISREG(st.st_mode)) {  // a FIFO or a device: written in place
+      o.fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+      if (o.fd < 0) fail(what, path, "cannot open for writing (" + errno_text() + ")");
+      outputs_.push_back(std::move(o));
+      return static_cast<int>(outputs_.size()) - 1;
+    }
+  }
+  // O_EXCL: never reuse a file someone else made; mode 0666 & ~umask, as a plain create would.
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  for (int attempt = 0; attempt < 100 && o.fd < 0; ++attempt) {
+    o.temp = temp_name(path, rng);
+    o.fd = ::open(o.temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (o.fd < 0 && errno != EEXIST) fail(what, path, "cannot create it (" + errno_text() + ")");
+  }
+  if (o.fd < 0) fail(what, path, "cannot create a temporary file next to it");
+  outputs_.push_back(std::move(o));
+  return static_cast<int>(outputs_.size()) - 1;
+}
+
+int OutputSet::fd(int index) const {
+  return outputs_.at(static_cast<std::size_t>(index)).fd;
+}
+
+const std::string& OutputSet::name(int index) const {
+  return outputs_.at(static_cast<std::size_t>(index)).path;
+}
+
+void OutputSet::commit() {
+  for (Output& o : outputs_) {
+    const int fd = o.fd;
+    o.fd = -1;
+    if (::close(fd) != 0) fail(o.what, o.path, "write failed (" + errno_text() + ")");
+  }
+  for (Output& o : outputs_)
+    if (!o.temp.empty() && ::rename(o.temp.c_str(), o.path.c_str()) != 0)
+      fail(o.what, o.path, "cannot replace it (" + errno_text() + ")");
+  committed_ = true;
+}
+
+}  // namespace attnops::cli

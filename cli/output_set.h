@@ -1,0 +1,50 @@
+// All-or-nothing writing of a command's output files (`attnops run --out --lse-out
+// --weights-out`, and whatever outputs a command adds later).
+//
+//   OutputSet outs;
+//   const int o = outs.add(a.out, "--out");      // before the work: fails early on a bad path
+//   const int l = outs.add(a.lse_out, "--lse-out");
+//   ... compute ...
+//   write_npy(outs.fd(o), outs.name(o), result); // fill each output
+//   outs.commit();                               // only now do the files appear
+//
+// add() creates a temporary file next to its target (same directory, so the final rename is
+// atomic and never crosses file systems): a missing directory, a directory as target, an
+// unwritable place or the same path given twice fails before any work. commit() renames every
+// temporary onto its target once all were written. If anything fails before (an exception
+// unwinding past the set), the destructor removes the temporaries: a failed command leaves no
+// new file and never a partial one, and existing targets keep their old content. An existing
+// target that is not a regular file (a FIFO, /dev/stdout) cannot be replaced by rename; it is
+// opened directly by add() and written in place, outside the all-or-nothing guarantee.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace attnops::cli {
+
+class OutputSet {
+ public:
+  OutputSet() = default;
+  OutputSet(const OutputSet&) = delete;
+  OutputSet& operator=(const OutputSet&) = delete;
+  ~OutputSet();
+
+  // Reserves output `path`; `what` (e.g. "--out") names it in messages. Returns its index.
+  int add(const std::string& path, const std::string& what);
+  int fd(int index) const;                   // where to write the output's bytes
+  const std::string& name(int index) const;  // the target path, for messages
+  // Closes every file (reporting write errors, e.g. a full disk) and renames the temporaries
+  // onto their targets. Throws Error(io_error) naming the output that failed.
+  void commit();
+
+ private:
+  struct Output {
+    std::string path, what, temp;  // temp empty: written in place (not a regular file)
+    int fd = -1;
+  };
+  std::vector<Output> outputs_;
+  bool committed_ = false;
+};
+
+}  // namespace attnops::cli
