@@ -18,8 +18,8 @@
 // oracle, and their decision (ran, backend, reasons) is the backward's.
 // GPU rows, forward and backward, also report the kernels alone (kernel_ms, kernel GFLOP/s: the
 // median of the GPU timestamps of profiled calls), next to the end-to-end time that includes
-// uploads, read-backs and the fixed cost of a call. The backend `gpu_resident` is the gpu with q, k, v uploaded once
-// as device tensors before timing (the output stays on the device), as a model keeping its
+// uploads, read-backs and the fixed cost of a call. The backend `gpu_resident` is the gpu with q, k, v
+// uploaded once as device tensors before timing (the output stays on the device), as a model keeping its
 // activations and KV cache on the GPU would call it.
 #include <algorithm>
 #include <chrono>
@@ -167,8 +167,8 @@ void run_row(Row& row, const Config& base, const Overrides& threads, int repeats
     prof.profile = true;
     std::vector<double> kms;
     for (int i = 0; i < std::max(repeats, 3); ++i) {
-      const RunInfo run = backward ? attn.backward(in.q, in.k, in.v, r, dout, prof).decision.run
-                                   : forward(prof).decision.run;
+      const RunInfo run =
+          backward ? attn.backward(in.q, in.k, in.v, r, dout, prof).decision.run : forward(prof).decision.run;
       if (run.timings && run.timings->device_timestamps) kms.push_back(run.timings->kernel_ms);
     }
     if (!kms.empty()) {
@@ -202,25 +202,24 @@ void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmRes
   out << "# " << kFlopsNote << "\n";
   char line[512];
   std::snprintf(line, sizeof line,
-                "%-12s %-12s %-12s %-7s %-11s %-22s %-5s %-6s %-4s %10s %9s %10s %9s %8s %9s  %s\n",
-                "operator", "asked", "ran", "backend", "kernel", "shape", "dtype", "causal", "pass", "median_ms",
-                "GFLOP/s", "kernel_ms", "kern_GF/s", "vs_sgemm", "max_err", "reasons");
+                "%-12s %-12s %-12s %-7s %-23s %-22s %-5s %-6s %-4s %10s %9s %10s %9s %8s %9s  %s\n",
+                "operator", "asked", "ran", "backend", "kernel", "shape", "dtype", "causal", "pass",
+                "median_ms", "GFLOP/s", "kernel_ms", "kern_GF/s", "vs_sgemm", "max_err", "reasons");
   out << line;
   if (sgemm.n > 0) {
     const std::string shape = std::to_string(sgemm.n) + "^3";
     std::snprintf(line, sizeof line,
-                  "%-12s %-12s %-12s %-7s %-11s %-22s %-5s %-6s %-4s %10.3f %9.1f %10s %9s %8.2f %9s  %s\n",
+                  "%-12s %-12s %-12s %-7s %-23s %-22s %-5s %-6s %-4s %10.3f %9.1f %10s %9s %8.2f %9s  %s\n",
                   "eigen_sgemm", "-", "sgemm", "cpu", sgemm.isa.c_str(), shape.c_str(), "f32", "-", "-",
                   sgemm.median_ms, sgemm.gflops, "-", "-", 1.0, "-", "");
     out << line;
   }
   for (const Row& r : rows) {
     std::snprintf(line, sizeof line,
-                  "%-12s %-12s %-12s %-7s %-11s %-22s %-5s %-6s %-4s %10s %9s %10s %9s %8s %9s  %s\n",
+                  "%-12s %-12s %-12s %-7s %-23s %-22s %-5s %-6s %-4s %10s %9s %10s %9s %8s %9s  %s\n",
                   r.op.c_str(), r.backend_requested.c_str(), r.ran.empty() ? "-" : r.ran.c_str(),
                   r.backend.empty() ? "-" : r.backend.c_str(), r.kernel.empty() ? "-" : r.kernel.c_str(),
-                  r.shape.label().c_str(),
-                  std::string(dtype_name(r.dtype)).c_str(), r.causal ? "yes" : "no",
+                  r.shape.label().c_str(), std::string(dtype_name(r.dtype)).c_str(), r.causal ? "yes" : "no",
                   r.pass == Pass::backward ? "bwd" : "fwd", fmt("%.3f", r.median_ms).c_str(),
                   fmt("%.1f", r.gflops).c_str(), fmt("%.3f", r.kernel_ms).c_str(),
                   fmt("%.1f", r.kernel_gflops).c_str(), fmt("%.3f", r.vs_sgemm).c_str(),
@@ -247,16 +246,15 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Sgem
        "median_ms,gflops,kernel_ms,kernel_gflops,vs_sgemm,max_err,reasons,error\n";
   auto num = [](double v) { return std::isfinite(v) ? fmt("%.6g", v) : std::string(); };
   if (sgemm.n > 0)
-    f << "eigen_sgemm,,sgemm,cpu," << sgemm.isa << ",,,,,," << sgemm.n << ",f32,,," << num(sgemm.median_ms) << ","
-      << num(sgemm.gflops) << ",,,1,,,\n";
+    f << "eigen_sgemm,,sgemm,cpu," << sgemm.isa << ",,,,,," << sgemm.n << ",f32,,," << num(sgemm.median_ms)
+      << "," << num(sgemm.gflops) << ",,,1,,,\n";
   for (const Row& r : rows)
     f << r.op << "," << r.backend_requested << "," << r.ran << "," << r.backend << "," << r.kernel << ","
-      << r.shape.B << ","
-      << r.shape.Hq << "," << r.shape.Hkv << "," << r.shape.Tq << "," << r.shape.Tk << "," << r.shape.D << ","
-      << dtype_name(r.dtype) << "," << (r.causal ? "true" : "false") << "," << pass_name(r.pass) << ","
-      << num(r.median_ms) << "," << num(r.gflops) << "," << num(r.kernel_ms) << "," << num(r.kernel_gflops)
-      << "," << num(r.vs_sgemm) << "," << num(r.max_err) << "," << csv_quote(r.reasons) << ","
-      << csv_quote(r.error) << "\n";
+      << r.shape.B << "," << r.shape.Hq << "," << r.shape.Hkv << "," << r.shape.Tq << "," << r.shape.Tk << ","
+      << r.shape.D << "," << dtype_name(r.dtype) << "," << (r.causal ? "true" : "false") << ","
+      << pass_name(r.pass) << "," << num(r.median_ms) << "," << num(r.gflops) << "," << num(r.kernel_ms)
+      << "," << num(r.kernel_gflops) << "," << num(r.vs_sgemm) << "," << num(r.max_err) << ","
+      << csv_quote(r.reasons) << "," << csv_quote(r.error) << "\n";
   if (!f) throw Error(ErrorCode::io_error, "--csv " + path + ": write failed");
 }
 
@@ -264,7 +262,8 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Sge
   nlohmann::json j;
   j["flops_convention"] = kFlopsNote;
   if (sgemm.n > 0)
-    j["sgemm"] = {{"n", sgemm.n}, {"median_ms", sgemm.median_ms}, {"gflops", sgemm.gflops}, {"isa", sgemm.isa}};
+    j["sgemm"] = {
+        {"n", sgemm.n}, {"median_ms", sgemm.median_ms}, {"gflops", sgemm.gflops}, {"isa", sgemm.isa}};
   auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   j["rows"] = nlohmann::json::array();
   for (const Row& r : rows)
@@ -341,7 +340,8 @@ void plot_rows(const std::string& path, const std::vector<Row>& rows, const Sgem
   for (const Row& r : rows)
     spec.series[series_index[series_of(r)]].values[category_index[category_of(r)]] = r.gflops;
   if (sgemm.n > 0)
-    spec.hlines.emplace_back("Eigen SGEMM " + std::to_string(sgemm.n) + "^3 (" + sgemm.isa + ")", sgemm.gflops);
+    spec.hlines.emplace_back("Eigen SGEMM " + std::to_string(sgemm.n) + "^3 (" + sgemm.isa + ")",
+                             sgemm.gflops);
   write_plot(spec, path);
 }
 

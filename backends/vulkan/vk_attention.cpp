@@ -1,4 +1,7 @@
-// The attention kernels' launch code on the runtime (vk_attention.h).
+// The attention kernels' launch code on the runtime (vk_attention.h): the kernel variant chosen
+// from the device's caps (vk_kernel_select.h), the block map at that variant's tile, the launch
+// plan (vk_launch.h) recorded into one rt::Batch (one submission, every pass timed under its
+// name), the read-backs, and the RunInfo that names the variant.
 #include "backends/vulkan/vk_attention.h"
 
 #include <algorithm>
@@ -10,6 +13,8 @@
 #include "attnops/error.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/vulkan/vk_batch.h"
+#include "backends/vulkan/vk_kernel_select.h"
+#include "backends/vulkan/vk_launch.h"
 #include "backends/vulkan/vk_runtime.h"
 #include "backends/vulkan/vk_storage.h"
 #include "backends/vulkan/vk_tile_plan.h"
@@ -17,66 +22,12 @@
 
 namespace attnops::vulkan {
 
-namespace {
-
-constexpr std::int64_t kMaxHeadDim = 256;  // the shaders' private arrays (DMAX) go up to 256
-
-// Must match `PushConstants` in shaders/common.glsl.
-struct PushConstants {
-  std::int32_t B, Tq, Tk, Hq, Hkv, D, Dv;
-  float scale, soft_cap;
-  std::uint32_t flags;
-  std::int32_t win_left, win_right, chunk;
-  std::uint32_t bias_stride_b, bias_stride_h;
-  std::int32_t map_heads, nq, words_per_row;
-  std::uint32_t q_off, k_off, v_off;
-  std::uint32_t q_sb, q_st, k_sb, k_st, v_sb, v_st;
-};
-static_assert(sizeof(PushConstants) <= rt::Device::kPushConstantBytes);
-
-enum Flag : std::uint32_t {
-  kCausal = 1,
-  kParamMask = 2,
-  kSegments = 4,
-  kBias = 8,
-  kSinks = 16,
-  kLse = 32,
-  kSoftCap = 64,
-  kVec = 128,
-};
-
-// Descriptor bindings (shaders/common.glsl).
-enum Binding : std::uint32_t {
-  bQ,
-  bK,
-  bV,
-  bOut,
-  bLse,
-  bBias,
-  bSinks,
-  bSegQ,
-  bSegKv,
-  bRowStart,
-  bEntries,
-  bPartIndex,
-  bBits,
-  bScratch,
-};
-
-std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
-  return (a + b - 1) / b;
-}
-
-}  // namespace
-
 // Helpers shared with the other launch files (declared in vk_attention.h).
 
 std::uint32_t dtype_code(DType t) {
   return t == DType::f32 ? 0u : t == DType::f16 ? 1u : 2u;
 }
 
-// Bytes of a packed q/k/v array, rounded up to whole 16-byte vectors (the shaders read them as
-// uvec4 arrays).
 std::uint64_t packed_bytes(std::int64_t elements, std::size_t elem_size) {
   return (static_cast<std::uint64_t>(elements) * elem_size + 15u) / 16u * 16u;
 }
@@ -86,46 +37,11 @@ std::uint64_t bias_elements(const AttentionProblem& p) {
   return static_cast<std::uint64_t>((p.B - 1) * p.bias_stride_b + (p.Hq - 1) * p.bias_stride_h + p.Tq * p.Tk);
 }
 
-// The largest storage buffer the backend plans with: the device's maxStorageBufferRange, or
-// less under debug::set_max_buffer_bytes.
 std::uint64_t buffer_range(const rt::PhysicalDevice& pd) {
   const std::uint64_t cap = debug::max_buffer_bytes();
   const std::uint64_t range = pd.caps.max_storage_buffer_range;
   return cap > 0 && cap < range ? cap : range;
 }
-
-namespace {
-
-// Vanilla materialises the scores ([B, Hq, Tq, Tk] f32, which are the weights) when the caller
-// wants the weights or when they fit in one buffer; otherwise (no weights, scores over the
-// range) it runs the one-pass online softmax of flash.comp instead, which computes the same
-// function without a scores buffer.
-bool materialises_scores(Kernel kernel, const AttentionProblem& p, std::uint64_t range) {
-  if (kernel != Kernel::vanilla) return false;
-  return p.want_weights || static_cast<std::uint64_t>(p.B * p.Hq * p.Tq * p.Tk) * 4u <= range;
-}
-
-// The device buffers of one run whose sizes depend only on the problem (not on the map).
-struct Sizes {
-  std::uint64_t q, k, v, out, lse, bias, seg_q, seg_kv, scratch;
-};
-Sizes sizes_of(Kernel kernel, const AttentionProblem& p, std::uint64_t range) {
-  const std::size_t es = dtype_size(p.dtype);
-  Sizes s{};
-  s.q = packed_bytes(p.B * p.Tq * p.Hq * p.D, es);
-  s.k = packed_bytes(p.B * p.Tk * p.Hkv * p.D, es);
-  s.v = packed_bytes(p.B * p.Tk * p.Hkv * p.Dv, es);
-  s.out = static_cast<std::uint64_t>(p.B * p.Tq * p.Hq * p.Dv) * 4u;
-  s.lse = p.want_lse ? static_cast<std::uint64_t>(p.B * p.Hq * p.Tq) * 4u : 0;
-  s.bias = bias_elements(p) * 4u;
-  s.seg_q = p.has_segments() ? static_cast<std::uint64_t>(p.B * p.Tq) * 4u : 0;
-  s.seg_kv = p.has_segments() ? static_cast<std::uint64_t>(p.B * p.Tk) * 4u : 0;
-  s.scratch =
-      materialises_scores(kernel, p, range) ? static_cast<std::uint64_t>(p.B * p.Hq * p.Tq * p.Tk) * 4u : 0;
-  return s;
-}
-
-}  // namespace
 
 std::string mib(std::uint64_t bytes) {
   char buf[32];
@@ -133,23 +49,6 @@ std::string mib(std::uint64_t bytes) {
   return buf;
 }
 
-namespace {
-
-const char* kernel_name(Kernel k) {
-  switch (k) {
-    case Kernel::vanilla:
-      return "vanilla";
-    case Kernel::flash:
-      return "flash";
-    case Kernel::blocksparse:
-      return "blocksparse";
-  }
-  return "?";
-}
-
-}  // namespace
-
-// Copies a BTHD view (any outer strides, innermost contiguous) into a packed [B, T, H, D] array.
 void pack_bthd(const TensorView& t, void* dst) {
   const std::size_t es = dtype_size(t.dtype());
   const std::int64_t B = t.dim(0), T = t.dim(1), H = t.dim(2), D = t.dim(3);
@@ -169,28 +68,109 @@ std::int32_t clip32(std::int64_t v, std::int64_t hi) {
   return static_cast<std::int32_t>(std::min(v, hi));
 }
 
-// Why the device `pd` cannot run `p` with `kernel`, or nullopt. Shared by check_inputs and run.
-std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem& p,
-                                           const rt::PhysicalDevice& pd) {
+rt::Slice upload_array(rt::Batch& batch, const void* data, std::uint64_t bytes) {
+  if (data == nullptr || bytes == 0) return {};
+  rt::Slice s = batch.scratch(bytes);
+  batch.upload(s, 0, bytes, [&](std::byte* dst) { std::memcpy(dst, data, bytes); });
+  return s;
+}
+
+namespace {
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+const char* kernel_name(Kernel k) {
+  switch (k) {
+    case Kernel::vanilla:
+      return "vanilla";
+    case Kernel::flash:
+      return "flash";
+    case Kernel::blocksparse:
+      return "blocksparse";
+  }
+  return "?";
+}
+
+// The kernel variant for `p` on `pd` (vk_kernel_select.h), under the test / bench override
+// (vulkan_debug.h). Empty dimensions count as 1: nothing runs then, but the rules stay defined.
+Selection selection_for(Kernel kernel, const AttentionProblem& p, const rt::PhysicalDevice& pd) {
+  ProblemShape shape;
+  shape.vanilla = kernel == Kernel::vanilla;
+  shape.want_weights = p.want_weights;
+  shape.buffer_range = buffer_range(pd);
+  shape.scores_fit = static_cast<std::uint64_t>(p.B * p.Hq * p.Tq * p.Tk) * 4u <= shape.buffer_range;
+  shape.per_head_map = p.mask.head_dependent();
+  shape.dtype = p.dtype;
+  const auto at_least_1 = [](std::int64_t v) { return std::max<std::int64_t>(v, 1); };
+  shape.B = at_least_1(p.B), shape.Tq = at_least_1(p.Tq), shape.Tk = at_least_1(p.Tk);
+  shape.Hq = at_least_1(p.Hq), shape.Hkv = at_least_1(p.Hkv), shape.D = at_least_1(p.D);
+  shape.Dv = at_least_1(p.Dv);
+  if (shape.Hq % shape.Hkv != 0) shape.Hkv = 1;  // rejected by the problem's checks anyway
+  return select_kernel(rt::selection_desc(pd), build_caps(), shape, debug::kernel_override());
+}
+
+LaunchPlan plan_for(const AttentionProblem& p, const Selection& sel, const PushConstants& base) {
+  return sel.variant == Variant::vanilla_gemm ? plan_vanilla_gemm(p, sel, base) : plan_flash(p, sel, base);
+}
+
+// The device buffers of one run whose sizes depend only on the problem and the plan.
+struct Sizes {
+  std::uint64_t q, k, v, out, lse, bias, seg_q, seg_kv, scratch;
+};
+Sizes sizes_of(const AttentionProblem& p, const LaunchPlan& plan) {
+  const std::size_t es = dtype_size(p.dtype);
+  Sizes s{};
+  s.q = packed_bytes(p.B * p.Tq * p.Hq * p.D, es);
+  s.k = packed_bytes(p.B * p.Tk * p.Hkv * p.D, es);
+  s.v = packed_bytes(p.B * p.Tk * p.Hkv * p.Dv, es);
+  s.out = static_cast<std::uint64_t>(p.B * p.Tq * p.Hq * p.Dv) * 4u;
+  s.lse = p.want_lse ? static_cast<std::uint64_t>(p.B * p.Hq * p.Tq) * 4u : 0;
+  s.bias = bias_elements(p) * 4u;
+  s.seg_q = p.has_segments() ? static_cast<std::uint64_t>(p.B * p.Tq) * 4u : 0;
+  s.seg_kv = p.has_segments() ? static_cast<std::uint64_t>(p.B * p.Tk) * 4u : 0;
+  s.scratch = plan.scratch_bytes;
+  return s;
+}
+
+// Why `pd` cannot run `p` with `kernel` as `sel` plans it (size limits, head dims, dtype, device
+// views it cannot address), or nullopt. Shared by check_inputs and run_attention.
+std::optional<Reason> limits_reason(Kernel kernel, const AttentionProblem& p, const rt::PhysicalDevice& pd,
+                                    const Selection& sel) {
   const auto feature = [](std::string detail) { return Reason{ReasonCode::unsupported_feature, detail}; };
+  const rt::DeviceCaps& caps = pd.caps;
   if (!is_float(p.dtype))
     return Reason{ReasonCode::unsupported_dtype,
                   "q/k/v dtype " + std::string(dtype_name(p.dtype)) + " (expected f32, f16 or bf16)"};
-  if (p.D > kMaxHeadDim || p.Dv > kMaxHeadDim)
+  const std::int64_t max_dim = sel.variant == Variant::flash_rowwise ? kMaxRowwiseHeadDim : kMaxHeadDim;
+  if (p.D > max_dim || p.Dv > max_dim)
     return feature("head_dim D=" + std::to_string(p.D) + ", Dv=" + std::to_string(p.Dv) +
-                   " (the Vulkan shaders take head dims up to " + std::to_string(kMaxHeadDim) + ")");
+                   " (the Vulkan kernel " + variant_name(sel.variant) + " takes head dims up to " +
+                   std::to_string(max_dim) + (sel.not_taken.empty() ? "" : "; " + sel.not_taken.back()) +
+                   ")");
   if (p.want_weights && kernel != Kernel::vanilla)
     return feature(std::string("attention weights are computed by vanilla only, not by ") +
                    kernel_name(kernel));
   // Every index the shaders compute is a 32-bit int.
   const std::int64_t kIntMax = std::numeric_limits<std::int32_t>::max();
   if (p.Tq + p.Tk > kIntMax) return feature("Tq + Tk must fit in 32 bits");
+  PushConstants shape_only{};
+  shape_only.nq = static_cast<std::int32_t>(ceil_div(p.Tq, map_tile(sel).bq));
+  const LaunchPlan plan = plan_for(p, sel, shape_only);
   const std::uint64_t range = buffer_range(pd);
-  const Sizes s = sizes_of(kernel, p, range);
+  const Sizes s = sizes_of(p, plan);
   const std::pair<const char*, std::uint64_t> buffers[] = {
-      {"q", s.q},           {"k", s.k},           {"v", s.v},
-      {"out (f32)", s.out}, {"lse", s.lse},       {"bias", s.bias},
-      {"seg_q", s.seg_q},   {"seg_kv", s.seg_kv}, {"vanilla weights [B, Hq, Tq, Tk] f32", s.scratch},
+      {"q", s.q},
+      {"k", s.k},
+      {"v", s.v},
+      {"out (f32)", s.out},
+      {"lse", s.lse},
+      {"bias", s.bias},
+      {"seg_q", s.seg_q},
+      {"seg_kv", s.seg_kv},
+      {sel.variant == Variant::vanilla_gemm ? "vanilla weights [B, Hq, Tq, Tk] f32" : "split-KV partials",
+       s.scratch},
   };
   for (const auto& [name, bytes] : buffers) {
     if (bytes > range)
@@ -213,20 +193,21 @@ std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem
       return feature(std::string(name) + "'s device storage (" + mib(bytes) +
                      ") exceeds maxStorageBufferRange (" + mib(range) + ")");
   }
-  const std::int64_t nq = ceil_div(p.Tq, kBlockQ);
-  if (nq > pd.caps.max_group_count[0] || p.Hq > pd.caps.max_group_count[1] ||
-      p.B > pd.caps.max_group_count[2])
-    return feature("dispatch of (" + std::to_string(nq) + ", " + std::to_string(p.Hq) + ", " +
-                   std::to_string(p.B) + ") workgroups exceeds maxComputeWorkGroupCount (" +
-                   std::to_string(pd.caps.max_group_count[0]) + ", " +
-                   std::to_string(pd.caps.max_group_count[1]) + ", " +
-                   std::to_string(pd.caps.max_group_count[2]) + ")");
-  if (kBlockQ > pd.caps.max_invocations || kBlockQ > pd.caps.max_group_size[0])
+  for (const KernelStep& step : plan.steps) {
+    bool over = false;
+    for (std::size_t a = 0; a < 3; ++a) over = over || step.groups[a] > caps.max_group_count[a];
+    if (over)
+      return feature(std::string("dispatch of (") + std::to_string(step.groups[0]) + ", " +
+                     std::to_string(step.groups[1]) + ", " + std::to_string(step.groups[2]) +
+                     ") workgroups of " + step.label + " exceeds maxComputeWorkGroupCount (" +
+                     std::to_string(caps.max_group_count[0]) + ", " + std::to_string(caps.max_group_count[1]) +
+                     ", " + std::to_string(caps.max_group_count[2]) + ")");
+  }
+  if (sel.variant == Variant::flash_rowwise &&
+      (kBlockQ > caps.max_invocations || kBlockQ > caps.max_group_size[0]))
     return feature("workgroups of " + std::to_string(kBlockQ) + " invocations exceed the device's limit");
   return std::nullopt;
 }
-
-namespace {
 
 // Where a q/k/v operand is read from: a slice and the shader's offset / batch / token strides.
 struct Operand {
@@ -260,14 +241,30 @@ Operand operand(rt::Batch& batch, const TensorView& t, std::int64_t heads, std::
   return o;
 }
 
+// f32 rows -> the caller's output in its dtype (bit-exact round-to-nearest-even).
+void unpack_out(const float* f, std::size_t n, DType dtype, Tensor& out) {
+  switch (dtype) {
+    case DType::f32:
+      std::memcpy(out.data(), f, n * 4u);
+      break;
+    case DType::f16: {
+      auto* o = out.data_as<std::uint16_t>();
+      for (std::size_t i = 0; i < n; ++i) o[i] = float_to_half_bits(f[i]);
+      break;
+    }
+    default: {
+      auto* o = out.data_as<std::uint16_t>();
+      for (std::size_t i = 0; i < n; ++i) o[i] = float_to_bf16_bits(f[i]);
+      break;
+    }
+  }
+}
+
 }  // namespace
 
-// A host array uploaded into a scratch slice (an invalid slice, bound to the dummy, when empty).
-rt::Slice upload_array(rt::Batch& batch, const void* data, std::uint64_t bytes) {
-  if (data == nullptr || bytes == 0) return {};
-  rt::Slice s = batch.scratch(bytes);
-  batch.upload(s, 0, bytes, [&](std::byte* dst) { std::memcpy(dst, data, bytes); });
-  return s;
+std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem& p,
+                                           const rt::PhysicalDevice& pd) {
+  return limits_reason(kernel, p, pd, selection_for(kernel, p, pd));
 }
 
 void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const GpuSettings& settings,
@@ -275,7 +272,8 @@ void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map
   const bool out_on_device = p.q.on_device();
   const std::shared_ptr<rt::Device> dev = rt::device(settings);  // backend_unavailable without a device
   const rt::PhysicalDevice& pd = dev->physical();
-  if (auto reason = device_limits_reason(kernel, p, pd)) {
+  const Selection sel = selection_for(kernel, p, pd);
+  if (auto reason = limits_reason(kernel, p, pd, sel)) {
     const ErrorCode code = reason->code == ReasonCode::unsupported_dtype ? ErrorCode::unsupported_dtype
                                                                          : ErrorCode::unsupported_feature;
     throw Error(code, "Vulkan: " + reason->detail);
@@ -299,108 +297,64 @@ void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map
     return;
   }
 
-  // The block map at the GPU's tile sizes: the caller's when it already has them, else our own
-  // (from the shared cache). The shaders' tile sizes are set by the workgroup size and the
-  // one-uint-per-row visibility masks, not by the CPU kernels' block sizes.
+  // The block map at the selected kernel's tile (q rows x kv keys): the caller's when it already
+  // has them, else our own (from the shared cache). The GPU tiles follow the device's limits,
+  // not the CPU kernels' block sizes.
+  const MapTile tile = map_tile(sel);
   std::shared_ptr<const BlockMap> owned_map;
-  if (map != nullptr && map->bq == kBlockQ && map->bk == kBlockK && map->Tq == p.Tq && map->Tk == p.Tk &&
+  if (map != nullptr && map->bq == tile.bq && map->bk == tile.bk && map->Tq == p.Tq && map->Tk == p.Tk &&
       (map->heads == 1 || map->heads == p.Hq)) {
     owned_map = std::shared_ptr<const BlockMap>(std::shared_ptr<const BlockMap>(), map);  // non-owning
   } else {
-    owned_map = get_block_map(p.mask, p.Hq, p.Tq, p.Tk, kBlockQ, kBlockK);
+    owned_map = get_block_map(p.mask, p.Hq, p.Tq, p.Tk, tile.bq, tile.bk);
   }
-  const TilePlan plan = make_tile_plan(p.mask, owned_map);
-  const BlockMap& bm = *plan.map;
+  const TilePlan tiles = make_tile_plan(p.mask, owned_map);
+  const BlockMap& bm = *tiles.map;
   const std::uint64_t bits_bytes = bm.bits.size() * sizeof(std::uint64_t);
   const std::uint64_t range = buffer_range(pd);
-  if (bits_bytes > range || plan.entries.size() * 4u > range)
+  if (bits_bytes > range || tiles.entries.size() * 4u > range)
     throw Error(ErrorCode::unsupported_feature, "the Vulkan block map (" +
-                                                    mib(bits_bytes + plan.entries.size() * 8u) +
+                                                    mib(bits_bytes + tiles.entries.size() * 8u) +
                                                     ") exceeds maxStorageBufferRange (" + mib(range) + ")");
 
-  PushConstants pc{};
-  pc.B = static_cast<std::int32_t>(p.B);
-  pc.Tq = static_cast<std::int32_t>(p.Tq);
-  pc.Tk = static_cast<std::int32_t>(p.Tk);
-  pc.Hq = static_cast<std::int32_t>(p.Hq);
-  pc.Hkv = static_cast<std::int32_t>(p.Hkv);
-  pc.D = static_cast<std::int32_t>(p.D);
-  pc.Dv = static_cast<std::int32_t>(p.Dv);
-  pc.scale = static_cast<float>(p.scale);
-  pc.soft_cap = p.soft_cap ? static_cast<float>(*p.soft_cap) : 0.f;
-  pc.win_left = pc.win_right = -1;
-  if (plan.param) {
-    // Bounds past the sequence act like no bound; clipping keeps the shader's int math exact.
-    const std::int64_t span = p.Tq + p.Tk;
-    pc.flags |= kParamMask | (plan.param->causal ? kCausal : 0u);
-    if (plan.param->left >= 0) pc.win_left = clip32(plan.param->left, span);
-    if (plan.param->right >= 0) pc.win_right = clip32(plan.param->right, span);
-    if (plan.param->chunk > 0) pc.chunk = clip32(plan.param->chunk, std::max<std::int64_t>(p.Tk, 1));
-  }
-  if (p.has_segments()) pc.flags |= kSegments;
-  if (p.bias) pc.flags |= kBias;
-  if (p.sinks) pc.flags |= kSinks;
-  if (p.want_lse) pc.flags |= kLse;
-  if (p.soft_cap) pc.flags |= kSoftCap;
-  pc.bias_stride_b = static_cast<std::uint32_t>(p.bias_stride_b);
-  pc.bias_stride_h = static_cast<std::uint32_t>(p.bias_stride_h);
-  pc.map_heads = static_cast<std::int32_t>(bm.heads);
-  pc.nq = static_cast<std::int32_t>(bm.nq);
-  pc.words_per_row = static_cast<std::int32_t>(bm.words_per_row * 2);  // uint64 -> uint words
-
-  const std::int64_t dmax_need = std::max(p.D, p.Dv);
-  const Sizes sz = sizes_of(kernel, p, range);
-  const bool scores = sz.scratch > 0;
-  rt::PipelineKey key;
-  key.shader = scores ? rt::ShaderId::vanilla : rt::ShaderId::flash;
-  // Specialization constants 4 and 5 (exact head dims: loops of constant length) stay 0: on
-  // lavapipe the fully unrolled variants cost far more to compile than they save.
-  key.spec = {static_cast<std::uint32_t>(kBlockQ), dtype_code(p.dtype),
-              dmax_need <= 64    ? 64u
-              : dmax_need <= 128 ? 128u
-                                 : 256u,
-              static_cast<std::uint32_t>(kBlockK)};
-  key.spec_count = 4;
-
   rt::Batch batch(*dev, p.profile);
+  PushConstants pc = base_push(p, tiles);
   const Operand q = operand(batch, p.q, p.Hq, p.D, "q"), k = operand(batch, p.k, p.Hkv, p.D, "k"),
                 v = operand(batch, p.v, p.Hkv, p.Dv, "v");
   pc.q_off = q.off, pc.q_sb = q.sb, pc.q_st = q.st;
   pc.k_off = k.off, pc.k_sb = k.sb, pc.k_st = k.st;
   pc.v_off = v.off, pc.v_sb = v.sb, pc.v_st = v.st;
-  // Rows fetched 16 bytes at a time when every row starts on a 16-byte boundary.
-  const auto aligned = [&](std::uint64_t elements) { return elements * es % 16 == 0; };
-  if (aligned(static_cast<std::uint64_t>(p.D)) && aligned(static_cast<std::uint64_t>(p.Dv)) &&
-      aligned(q.off) && aligned(k.off) && aligned(v.off) && aligned(q.sb) && aligned(q.st) && aligned(k.sb) &&
-      aligned(k.st) && aligned(v.sb) && aligned(v.st))
-    pc.flags |= kVec;
+  set_alignment_flags(pc, es);
+  const LaunchPlan plan = plan_for(p, sel, pc);
+  const Sizes sz = sizes_of(p, plan);
 
   const rt::Slice bias = upload_array(batch, p.bias, sz.bias);
   const rt::Slice sinks = upload_array(batch, p.sinks, p.sinks ? static_cast<std::uint64_t>(p.Hq) * 4u : 0u);
   const rt::Slice seg_q = upload_array(batch, p.seg_q, sz.seg_q),
                   seg_kv = upload_array(batch, p.seg_kv, sz.seg_kv);
-  const rt::Slice row_start = upload_array(batch, plan.row_start.data(), plan.row_start.size() * 4u);
-  const rt::Slice entries = upload_array(batch, plan.entries.data(), plan.entries.size() * 4u);
-  const rt::Slice part_index = upload_array(batch, plan.part_index.data(), plan.part_index.size() * 4u);
+  const rt::Slice row_start = upload_array(batch, tiles.row_start.data(), tiles.row_start.size() * 4u);
+  const rt::Slice entries = upload_array(batch, tiles.entries.data(), tiles.entries.size() * 4u);
+  const rt::Slice part_index = upload_array(batch, tiles.part_index.data(), tiles.part_index.size() * 4u);
   const rt::Slice bits = upload_array(batch, bm.bits.data(), bits_bytes);
-  rt::Slice scratch;
-  if (scores) {  // vanilla only writes the scores of listed tiles: the rest must read back as 0
-    scratch = batch.scratch(sz.scratch);
-    batch.zero(scratch, 0, sz.scratch);
-  }
+  // Scratch: vanilla_gemm's scores (then the weights; every element is written), split-KV's
+  // partials.
+  const rt::Slice scratch = sz.scratch > 0 ? batch.scratch(sz.scratch) : rt::Slice{};
   const rt::Slice lse = p.want_lse ? batch.scratch(sz.lse) : rt::Slice{};
-  // The attention pass writes f32; a device output in f16 / bf16 gets a convert pass after it.
+  // The kernels write f32; a device output in f16 / bf16 gets a convert pass after them.
   const rt::VulkanStorage* dev_out =
       out_on_device ? static_cast<const rt::VulkanStorage*>(buffers.device_out.storage().get()) : nullptr;
   const bool convert = out_on_device && p.dtype != DType::f32;
   const rt::Slice out = dev_out != nullptr && !convert ? dev_out->slice() : batch.scratch(sz.out);
 
-  const std::uint32_t groups[3] = {static_cast<std::uint32_t>(bm.nq), static_cast<std::uint32_t>(p.Hq),
-                                   static_cast<std::uint32_t>(p.B)};
-  batch.dispatch(key,
-                 {q.slice, k.slice, v.slice, out, lse, bias, sinks, seg_q, seg_kv, row_start, entries,
-                  part_index, bits, scratch},
-                 &pc, sizeof pc, groups, scores ? "vanilla" : "flash");
+  // Descriptor bindings (shaders/attn_io.glsl), the same for every pass of the plan.
+  const std::vector<rt::Binding> bindings = {q.slice, k.slice,   v.slice,   out,        lse,
+                                             bias,    sinks,     seg_q,     seg_kv,     row_start,
+                                             entries, part_index, bits,     scratch};
+  static_assert(kBindingCount == 14 && kBindingCount <= rt::Device::kBindings);
+  for (const KernelStep& step : plan.steps) {
+    const std::uint32_t groups[3] = {step.groups[0], step.groups[1], step.groups[2]};
+    batch.dispatch(step.key, bindings, &step.push, sizeof step.push, groups, step.label);
+  }
   if (convert) {
     rt::PipelineKey ck;
     ck.shader = rt::ShaderId::convert;
@@ -415,39 +369,21 @@ void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map
   // written.
   if (!out_on_device)
     batch.download(out, 0, n_out * 4u, [&](const std::byte* src) {
-      const auto* f = reinterpret_cast<const float*>(src);
-      switch (p.dtype) {
-        case DType::f32:
-          std::memcpy(buffers.out.data(), f, n_out * 4u);
-          break;
-        case DType::f16: {
-          auto* o = buffers.out.data_as<std::uint16_t>();
-          for (std::size_t i = 0; i < n_out; ++i) o[i] = float_to_half_bits(f[i]);
-          break;
-        }
-        default: {
-          auto* o = buffers.out.data_as<std::uint16_t>();
-          for (std::size_t i = 0; i < n_out; ++i) o[i] = float_to_bf16_bits(f[i]);
-          break;
-        }
-      }
+      unpack_out(reinterpret_cast<const float*>(src), n_out, p.dtype, buffers.out);
     });
   if (buffers.lse && p.want_lse)
     batch.download(lse, 0, sz.lse,
                    [&](const std::byte* src) { std::memcpy(buffers.lse->data(), src, sz.lse); });
-  if (buffers.weights && scores)
+  if (buffers.weights && sel.variant == Variant::vanilla_gemm)
     batch.download(scratch, 0, sz.scratch,
                    [&](const std::byte* src) { std::memcpy(buffers.weights->data(), src, sz.scratch); });
   batch.submit();
   dev->persist_cache(settings.pipeline_cache);
 
   RunInfo& run = buffers.run;
-  run.kernel = scores ? "vanilla" : "flash";
-  run.kernel_detail = std::string(scores ? "scores materialised" : "online softmax") + ", " +
-                      std::to_string(kBlockQ) + "x" + std::to_string(kBlockK) + " tiles, DMAX " +
-                      std::to_string(key.spec[2]) +
-                      (convert ? ", convert pass to " + std::string(dtype_name(p.dtype)) : "") +
-                      (dev->direct_access() ? ", device memory mapped (no copies)" : ", staged copies") +
+  run.kernel = sel.kernel();
+  run.kernel_detail = sel.detail() + (convert ? "; convert pass to " + std::string(dtype_name(p.dtype)) : "") +
+                      (dev->direct_access() ? "; device memory mapped (no copies)" : "; staged copies") +
                       " on " + pd.info.name;
   const int on_dev = int(q.on_device) + int(k.on_device) + int(v.on_device);
   run.inputs = on_dev == 0 ? "host" : on_dev == 3 ? "device" : "mixed";

@@ -1,5 +1,7 @@
-// The attention kernels' launch code (flash.comp / vanilla.comp, convert.comp for device
-// outputs in 16-bit dtypes) on the runtime's Batch interface. Internal to backends/vulkan.
+// The attention kernels' launch code on the runtime's Batch interface: the variant selected for
+// the device (vk_kernel_select.h), its launch plan (vk_launch.h: flash_tiled / flash_coopmat /
+// flash.comp, split-KV + attn_merge, vanilla's three GEMM passes), convert.comp for device
+// outputs in 16-bit dtypes. Internal to backends/vulkan.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +16,8 @@
 
 namespace attnops::vulkan {
 
-// Why the device `pd` cannot run `p` with `kernel` (size limits, head_dim, dtype, device views
-// it cannot address), or nullopt.
+// Why the device `pd` cannot run `p` with `kernel` as the selected variant plans it (size
+// limits, head_dim, dtype, device views it cannot address), or nullopt.
 std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem& p,
                                            const rt::PhysicalDevice& pd);
 

@@ -29,8 +29,9 @@ namespace attnops::vulkan {
 
 namespace {
 
-constexpr std::uint32_t kTile = 32;       // rows (dq) / keys (dk/dv) per workgroup = the map's tile
-constexpr std::uint32_t kSinkGroup = 64;  // invocations of backward_dsinks (its `N`)
+constexpr std::uint32_t kTile = 32;                // rows (dq) / keys (dk/dv) per workgroup = the map's tile
+constexpr std::uint32_t kSinkGroup = 64;           // invocations of backward_dsinks (its `N`)
+constexpr std::int64_t kMaxBackwardHeadDim = 256;  // the largest DMAX of the backward shaders
 static_assert(kBlockQ == kTile && kBlockK == kTile, "the backward walks the forward's 32 x 32 tile map");
 
 // Must match `BackwardPush` in shaders/backward_common.glsl.
@@ -131,10 +132,16 @@ std::optional<Reason> backward_limits_reason(const BackwardProblem& bp, const rt
     if (t->on_device())
       return Reason{ReasonCode::unsupported_feature,
                     std::string(name) + " is a device tensor (the Vulkan backward reads host tensors)"};
-  // The forward's limits (dtype, head dims up to 256, q/k/v/bias/segment buffers, q-block
-  // dispatch, 32-bit indices) hold for the dq pass, which has the forward's shape.
+  // The forward's limits (dtype, q/k/v/bias/segment buffers, q-block dispatch, 32-bit indices)
+  // hold for the dq pass, which has the forward's shape.
   if (auto r = device_limits_reason(Kernel::flash, p, pd)) return r;
   const auto feature = [](std::string detail) { return Reason{ReasonCode::unsupported_feature, detail}; };
+  // The backward shaders keep a row in private arrays of DMAX <= 256 floats; the tiled forward
+  // kernels take head dims up to kMaxHeadDim (512), so this limit is the backward's own.
+  if (p.D > kMaxBackwardHeadDim || p.Dv > kMaxBackwardHeadDim)
+    return feature("head_dim D=" + std::to_string(p.D) + ", Dv=" + std::to_string(p.Dv) +
+                   " (the Vulkan backward takes head dims up to " + std::to_string(kMaxBackwardHeadDim) +
+                   ")");
   const std::uint64_t range = buffer_range(pd);
   const std::size_t es = dtype_size(p.dtype);
   const std::pair<const char*, std::uint64_t> buffers[] = {

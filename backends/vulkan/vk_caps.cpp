@@ -126,6 +126,7 @@ PhysicalDevice describe_device(VkInstance inst, VkPhysicalDevice h, int index) {
   c.external_memory_host = pd.has_extension(VK_EXT_EXTERNAL_MEMORY_HOST_EXTENSION_NAME);
   const bool v13 = props.apiVersion >= VK_API_VERSION_1_3;
   const bool size_control = v13 || pd.has_extension(VK_EXT_SUBGROUP_SIZE_CONTROL_EXTENSION_NAME);
+  bool coopmat_nv_feature = false, coopmat_khr_feature = false;
   if (props.apiVersion >= VK_API_VERSION_1_2) {
     // Structures of Vulkan 1.1/1.2 may only be chained for devices that report those versions.
     auto subgroup =
@@ -142,12 +143,29 @@ PhysicalDevice describe_device(VkInstance inst, VkPhysicalDevice h, int index) {
       *tail = &sizes;
       tail = &sizes.pNext;
     }
-    if (c.external_memory_host) *tail = &host;
+    if (c.external_memory_host) {
+      *tail = &host;
+      tail = &host.pNext;
+    }
+    // Multiprocessor counts (the split-KV decision wants about two workgroups per SM / CU).
+    auto sm = make<VkPhysicalDeviceShaderSMBuiltinsPropertiesNV>(
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_SM_BUILTINS_PROPERTIES_NV);
+    auto amd = make<VkPhysicalDeviceShaderCorePropertiesAMD>(
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SHADER_CORE_PROPERTIES_AMD);
+    if (pd.has_extension(VK_NV_SHADER_SM_BUILTINS_EXTENSION_NAME)) {
+      *tail = &sm;
+      tail = &sm.pNext;
+    }
+    if (pd.has_extension(VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME)) *tail = &amd;
     auto props2 = make<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2);
     props2.pNext = &subgroup;
     vkGetPhysicalDeviceProperties2(h, &props2);
     c.subgroup_size = subgroup.subgroupSize;
     c.subgroup_ops = subgroup.supportedOperations;
+    c.subgroup_ops_compute = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
+    c.compute_units = sm.shaderSMCount;
+    if (c.compute_units == 0)
+      c.compute_units = amd.shaderEngineCount * amd.shaderArraysPerEngineCount * amd.computeUnitsPerShaderArray;
     c.max_allocation = m3.maxMemoryAllocationSize;
     c.min_subgroup_size = c.max_subgroup_size = c.subgroup_size;
     if (size_control) {
@@ -162,8 +180,21 @@ PhysicalDevice describe_device(VkInstance inst, VkPhysicalDevice h, int index) {
     auto f12 = make<VkPhysicalDeviceVulkan12Features>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES);
     auto fsize = make<VkPhysicalDeviceSubgroupSizeControlFeatures>(
         VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_FEATURES);
+    auto fnv = make<VkPhysicalDeviceCooperativeMatrixFeaturesNV>(
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_NV);
+    KhrCoopMatFeatures fkhr{};
+    fkhr.sType = kStypeKhrCoopMatFeatures;
     f11.pNext = &f12;
-    if (size_control) f12.pNext = &fsize;
+    void** ftail = &f12.pNext;
+    if (size_control) {
+      *ftail = &fsize;
+      ftail = &fsize.pNext;
+    }
+    if (pd.has_extension(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME)) {
+      *ftail = &fnv;
+      ftail = &fnv.pNext;
+    }
+    if (pd.has_extension(kKhrCoopMatExtension)) *ftail = &fkhr;
     auto f2 = make<VkPhysicalDeviceFeatures2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2);
     f2.pNext = &f11;
     vkGetPhysicalDeviceFeatures2(h, &f2);
@@ -171,6 +202,9 @@ PhysicalDevice describe_device(VkInstance inst, VkPhysicalDevice h, int index) {
     c.shader_int8 = f12.shaderInt8 == VK_TRUE;
     c.storage_16bit = f11.storageBuffer16BitAccess == VK_TRUE;
     c.storage_8bit = f12.storageBuffer8BitAccess == VK_TRUE;
+    c.vulkan_memory_model = f12.vulkanMemoryModel == VK_TRUE;
+    coopmat_nv_feature = fnv.cooperativeMatrix == VK_TRUE;
+    coopmat_khr_feature = fkhr.cooperativeMatrix == VK_TRUE;
     c.subgroup_size_control = size_control && fsize.subgroupSizeControl == VK_TRUE;
     c.compute_full_subgroups = size_control && fsize.computeFullSubgroups == VK_TRUE;
     if (!c.subgroup_size_control) c.required_subgroup_size_compute = false;
@@ -179,6 +213,10 @@ PhysicalDevice describe_device(VkInstance inst, VkPhysicalDevice h, int index) {
     info.subgroup_size = c.subgroup_size;
   }
   query_coopmat(inst, pd);
+  // The extension is enabled (Device) only where its feature is offered too.
+  c.coopmat_nv = c.coopmat_nv && coopmat_nv_feature;
+  c.coopmat_khr = c.coopmat_khr && coopmat_khr_feature;
+  c.shader_bf16 = pd.has_extension("VK_KHR_shader_bfloat16");
 
   VkPhysicalDeviceMemoryProperties mp{};
   vkGetPhysicalDeviceMemoryProperties(h, &mp);
@@ -209,6 +247,70 @@ PhysicalDevice describe_device(VkInstance inst, VkPhysicalDevice h, int index) {
     c.timestamps = c.timestamp_valid_bits > 0 && c.timestamp_period_ns > 0;
   }
   return pd;
+}
+
+namespace {
+
+MatType mat_type(std::uint32_t component) {
+  switch (component) {
+    case 0:  // VK_COMPONENT_TYPE_FLOAT16_KHR / _NV
+      return MatType::f16;
+    case 1:  // VK_COMPONENT_TYPE_FLOAT32_KHR / _NV
+      return MatType::f32;
+    case 1000141000:  // VK_COMPONENT_TYPE_BFLOAT16_KHR
+      return MatType::bf16;
+    default:
+      return MatType::other;
+  }
+}
+
+std::vector<CoopMatShape> subgroup_shapes(const std::vector<CoopMatShape>& all) {
+  constexpr std::uint32_t kScopeSubgroup = 3;  // VK_SCOPE_SUBGROUP_KHR / _NV
+  std::vector<CoopMatShape> out;
+  for (const CoopMatShape& s : all)
+    if (s.scope == kScopeSubgroup && !s.saturating) out.push_back(s);
+  return out;
+}
+
+std::vector<vulkan::CoopMatShape> mat_shapes(const std::vector<CoopMatShape>& all) {
+  std::vector<vulkan::CoopMatShape> out;
+  for (const CoopMatShape& s : subgroup_shapes(all))
+    out.push_back({s.M, s.N, s.K, mat_type(s.a_type), mat_type(s.b_type), mat_type(s.c_type),
+                   mat_type(s.result_type)});
+  return out;
+}
+
+}  // namespace
+
+DeviceDesc selection_desc(const PhysicalDevice& pd) {
+  const DeviceCaps& c = pd.caps;
+  DeviceDesc d;
+  d.name = pd.info.name;
+  d.software = pd.info.software;
+  d.subgroup_size = c.subgroup_size;
+  d.subgroup_size_control = c.subgroup_size_control && c.required_subgroup_size_compute;
+  // Without size control a pipeline cannot ask for a size: every subgroup has the default one.
+  d.min_subgroup_size = d.subgroup_size_control ? c.min_subgroup_size : c.subgroup_size;
+  d.max_subgroup_size = d.subgroup_size_control ? c.max_subgroup_size : c.subgroup_size;
+  d.full_subgroups = c.compute_full_subgroups;
+  const auto op = [&](VkSubgroupFeatureFlags bit) { return c.subgroup_ops_compute && (c.subgroup_ops & bit) != 0; };
+  d.subgroup_shuffle = op(VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
+  d.subgroup_arithmetic = op(VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
+  d.subgroup_ballot = op(VK_SUBGROUP_FEATURE_BALLOT_BIT);
+  d.shared_memory_bytes = c.max_shared_memory;
+  d.max_invocations = c.max_invocations;
+  d.max_group_size_x = c.max_group_size[0];
+  for (int a = 0; a < 3; ++a) d.max_group_count[a] = c.max_group_count[a];
+  d.compute_units = c.compute_units;
+  d.shader_f16 = c.shader_float16;
+  d.storage_16bit = c.storage_16bit;
+  d.shader_bf16 = c.shader_bf16;
+  d.vulkan_memory_model = c.vulkan_memory_model;
+  d.coopmat_khr = c.coopmat_khr;
+  d.coopmat_nv = c.coopmat_nv;
+  d.coopmat_khr_shapes = mat_shapes(c.coopmat_khr_shapes);
+  d.coopmat_nv_shapes = mat_shapes(c.coopmat_nv_shapes);
+  return d;
 }
 
 }  // namespace attnops::vulkan::rt

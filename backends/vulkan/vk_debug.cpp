@@ -1,6 +1,7 @@
 // The test-visible diagnostics of vulkan_debug.h over the runtime's counters.
 #include <atomic>
 #include <cctype>
+#include <mutex>
 
 #include "backends/vulkan/vk_batch.h"
 #include "backends/vulkan/vk_runtime.h"
@@ -12,6 +13,8 @@ namespace {
 std::atomic<int> g_fault{0};
 std::atomic<std::uint64_t> g_max_buffer_bytes{0}, g_memory_limit{0};
 std::atomic<bool> g_force_staging{false};
+std::mutex g_override_mu;
+KernelOverride g_override;
 }  // namespace
 
 bool validation_enabled() {
@@ -104,6 +107,31 @@ std::string device_summary(const GpuSettings& settings) {
       ", device-local host-visible " + (c.device_local_host_visible ? "yes" : "no") + ", budget " +
       (c.memory_budget ? "yes" : "no") + ", external host memory " + (c.external_memory_host ? "yes" : "no");
   return s;
+}
+
+void set_kernel_override(const KernelOverride& o) {
+  std::lock_guard<std::mutex> lock(g_override_mu);
+  g_override = o;
+}
+void clear_kernel_override() {
+  set_kernel_override(KernelOverride{});
+}
+KernelOverride kernel_override() {
+  {
+    std::lock_guard<std::mutex> lock(g_override_mu);
+    if (!g_override.empty()) return g_override;
+  }
+  KernelOverride o;
+  if (const std::string v = rt::env_string("ATTNOPS_VK_KERNEL"); !v.empty()) o.variant = parse_variant(v);
+  if (const std::string t = rt::env_string("ATTNOPS_VK_TILES"); !t.empty()) o = parse_tiles(t, o);
+  return o;
+}
+
+DeviceDesc device_desc(const GpuSettings& settings) {
+  std::string why;
+  const int index = rt::selected_index(settings, &why);
+  if (index < 0) throw Error(ErrorCode::backend_unavailable, why);
+  return rt::selection_desc(rt::instance().devices()[static_cast<std::size_t>(index)]);
 }
 
 void plant_mistake(Mistake m, const GpuSettings& settings) {

@@ -47,6 +47,7 @@ void Device::create(const GpuSettings& settings) {
   f12.shaderFloat16 = c.shader_float16 ? VK_TRUE : VK_FALSE;
   f12.shaderInt8 = c.shader_int8 ? VK_TRUE : VK_FALSE;
   f12.storageBuffer8BitAccess = c.storage_8bit ? VK_TRUE : VK_FALSE;
+  f12.vulkanMemoryModel = c.vulkan_memory_model ? VK_TRUE : VK_FALSE;
   f11.pNext = &f12;
   void** tail = &f12.pNext;
   if (c.subgroup_size_control || c.compute_full_subgroups) {

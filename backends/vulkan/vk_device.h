@@ -28,8 +28,9 @@ namespace attnops::vulkan::rt {
 // A pipeline: a shader of the table and its specialization state. Specialization constant i
 // (constant_id = i in GLSL) takes spec[i] for i < spec_count.
 struct PipelineKey {
+  static constexpr std::uint32_t kMaxSpec = 12;  // flash_tiled.comp declares 11
   ShaderId shader = ShaderId::count_;
-  std::array<std::uint32_t, 8> spec{};
+  std::array<std::uint32_t, kMaxSpec> spec{};
   std::uint32_t spec_count = 0;
   std::uint32_t subgroup_size = 0;  // requiredSubgroupSize (0 = the driver's choice); needs caps
   bool full_subgroups = false;      // VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT

@@ -10,6 +10,7 @@
 
 #include "attnops/host.h"
 #include "attnops/metadata.h"
+#include "backends/vulkan/vk_device_desc.h"
 #include "backends/vulkan/vk_util.h"
 #include "backends/vulkan/vulkan_debug.h"
 
@@ -39,6 +40,8 @@ struct DeviceCaps {
   bool required_subgroup_size_compute = false;
   bool compute_full_subgroups = false;      // feature computeFullSubgroups (enabled when present)
   VkSubgroupFeatureFlags subgroup_ops = 0;  // basic, vote, arithmetic, ballot, shuffle, ...
+  bool subgroup_ops_compute = false;        // supportedStages has COMPUTE (subgroup_ops apply there)
+  std::uint32_t compute_units = 0;          // SMs / CUs where the driver says (NV / AMD), else 0
   // Compute limits.
   std::uint32_t max_shared_memory = 0, max_invocations = 0, max_push_constants = 0;
   std::uint32_t max_group_size[3] = {0, 0, 0}, max_group_count[3] = {0, 0, 0};
@@ -46,6 +49,8 @@ struct DeviceCaps {
   std::uint64_t min_storage_offset_alignment = 1, non_coherent_atom_size = 1;
   // Arithmetic and storage types (enabled when present).
   bool shader_float16 = false, shader_int8 = false, storage_16bit = false, storage_8bit = false;
+  bool vulkan_memory_model = false;  // feature vulkanMemoryModel (the cooperative-matrix kernels)
+  bool shader_bf16 = false;          // VK_KHR_shader_bfloat16 listed (reported; no kernel uses it yet)
   // Cooperative matrices (extension enabled with its feature when present).
   bool coopmat_khr = false, coopmat_nv = false;
   std::vector<CoopMatShape> coopmat_khr_shapes, coopmat_nv_shapes;
@@ -74,6 +79,10 @@ struct PhysicalDevice {
 
 // Fills a PhysicalDevice from the driver's answers (vk_caps.cpp).
 PhysicalDevice describe_device(VkInstance instance, VkPhysicalDevice h, int index);
+
+// The device as the kernel selection sees it (vk_device_desc.h: plain data, no Vulkan types),
+// from its DeviceCaps (vk_caps.cpp). Cooperative-matrix shapes of subgroup scope only.
+DeviceDesc selection_desc(const PhysicalDevice& pd);
 
 // The process's instance. ATTNOPS_VK_VALIDATION=1 at creation enables the validation layer
 // (with synchronization validation) and the counting messenger. Owned by the Runtime

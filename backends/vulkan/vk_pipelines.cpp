@@ -67,6 +67,9 @@ VkPipeline Device::pipeline(const PipelineKey& key) {
   if (id >= modules_.size()) throw Error(ErrorCode::internal, "Vulkan: unknown shader id");
   if (modules_[id].get() == VK_NULL_HANDLE) {
     const ShaderBlob& blob = shader_blob(key.shader);
+    if (blob.words == 0)  // an optional shader this build's glslc could not compile
+      throw Error(ErrorCode::unsupported_feature,
+                  std::string("Vulkan: shader ") + blob.name + " is not compiled into this build");
     auto sci = make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
     sci.codeSize = blob.words * sizeof(std::uint32_t);
     sci.pCode = blob.code;
@@ -78,7 +81,9 @@ VkPipeline Device::pipeline(const PipelineKey& key) {
     throw Error(ErrorCode::unsupported_feature,
                 std::string("Vulkan: ") + shader_blob(key.shader).name + " asks for subgroup size " +
                     std::to_string(key.subgroup_size) + " and the device cannot require one for compute");
-  VkSpecializationMapEntry entries[8];
+  if (key.spec_count > PipelineKey::kMaxSpec)
+    throw Error(ErrorCode::internal, "Vulkan: too many specialization constants");
+  VkSpecializationMapEntry entries[PipelineKey::kMaxSpec];
   for (std::uint32_t c = 0; c < key.spec_count; ++c) entries[c] = {c, c * 4u, 4u};
   VkSpecializationInfo spec{key.spec_count, entries, key.spec_count * 4u, key.spec.data()};
   auto ci = make<VkComputePipelineCreateInfo>(VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO);

@@ -1,7 +1,7 @@
 // What the shaders need to know about the static mask of one problem (host side, no Vulkan):
 // the block map flattened into GPU arrays, and, when the mask is a conjunction of causal,
 // local and chunked-causal parts, the parameters with which partial tiles evaluate it in the
-// shader instead of reading a bitset. Buffer layouts: see shaders/common.glsl.
+// shader instead of reading a bitset. Buffer layouts: see shaders/attn_io.glsl.
 #pragma once
 
 #include <cstdint>
@@ -14,8 +14,9 @@
 
 namespace attnops::vulkan {
 
-// GPU tile sizes: BQ rows per workgroup (one invocation per row), BK keys per kv tile (a
-// visibility bitmask of one uint per tile row, hence BK <= 32).
+// The tile of flash_rowwise (flash.comp): BQ rows per workgroup (one invocation per row), BK
+// keys per kv tile (a visibility bitmask of one uint per tile row, hence BK <= 32). The tiled
+// kernels choose theirs per device (vk_kernel_select.h), also with at most 32 keys.
 inline constexpr std::int64_t kBlockQ = 32;
 inline constexpr std::int64_t kBlockK = 32;
 static_assert(kBlockK <= 32, "the shaders keep one visibility bit per key of a tile in a uint");
@@ -39,7 +40,7 @@ struct TilePlan {
   std::optional<ParamMask> param;        // set: partial tiles evaluate these, not the bitsets
 };
 
-// Flattens `map` (which must have bq == kBlockQ and bk == kBlockK).
+// Flattens `map` (whose kv tile must be at most 32 keys).
 TilePlan make_tile_plan(const Mask& mask, std::shared_ptr<const BlockMap> map);
 
 }  // namespace attnops::vulkan

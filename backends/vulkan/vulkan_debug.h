@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "attnops/metadata.h"
+#include "backends/vulkan/vk_device_desc.h"
+#include "backends/vulkan/vk_kernel_select.h"
 
 namespace attnops::vulkan::debug {
 
@@ -79,6 +81,19 @@ std::string device_summary(const GpuSettings& settings = {});
 // maxStorageBufferRange (0 = no cap), so tests reach the size limits with small problems.
 void set_max_buffer_bytes(std::uint64_t bytes);
 std::uint64_t max_buffer_bytes();  // the cap, 0 when none
+
+// Forces a kernel variant and / or tile sizes for later run() calls (tests reach every variant
+// the device can run; the bench compares variants). A variant that cannot run the problem is
+// replaced by the normal choice, and the decision says so. The environment does the same with
+// ATTNOPS_VK_KERNEL=<variant name> and ATTNOPS_VK_TILES="ds=2,rpt=1,bc=16,ku=4,rows=16,split=4"
+// (what set_kernel_override sets wins).
+void set_kernel_override(const KernelOverride& o);
+void clear_kernel_override();
+KernelOverride kernel_override();  // the override in effect
+
+// The selected device as the kernel selection sees it (throws Error(backend_unavailable)
+// without one).
+DeviceDesc device_desc(const GpuSettings& settings = {});
 
 // Deliberate mistakes on the selected device (throws Error(backend_unavailable) without one):
 enum class Mistake {

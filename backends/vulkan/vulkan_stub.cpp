@@ -82,6 +82,14 @@ void set_max_buffer_bytes(std::uint64_t) {}
 std::uint64_t max_buffer_bytes() {
   return 0;
 }
+void set_kernel_override(const KernelOverride&) {}
+void clear_kernel_override() {}
+KernelOverride kernel_override() {
+  return {};
+}
+DeviceDesc device_desc(const GpuSettings&) {
+  throw Error(ErrorCode::backend_unavailable, kWhy);
+}
 void plant_mistake(Mistake, const GpuSettings&) {
   throw Error(ErrorCode::backend_unavailable, kWhy);
 }

@@ -218,8 +218,10 @@ TEST_F(BackwardRouting, ForwardOutputWithoutLseIsRejected) {
   residuals();
   AttentionOutput fwd;
   fwd.attention_outputs = out;
+  // `bs` points into this Attention's operator: keep it alive for the whole test.
+  const Attention attn = reg.get("blocksparse");
   try {
-    reg.get("blocksparse").backward(q, k, v, fwd, dout);
+    attn.backward(q, k, v, fwd, dout);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
@@ -227,7 +229,7 @@ TEST_F(BackwardRouting, ForwardOutputWithoutLseIsRejected) {
   }
   fwd.lse = lse;
   expect_only_backward(*bs, Backend::cpu);
-  reg.get("blocksparse").backward(q, k, v, fwd, dout);
+  attn.backward(q, k, v, fwd, dout);
 }
 
 }  // namespace

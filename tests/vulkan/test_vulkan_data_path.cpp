@@ -49,16 +49,36 @@ TEST_F(VulkanDataPath, SteadyStateCreatesNoVulkanObjects) {
   const Case flash = make_case(Spec().shape(1, 128, 128).heads(2, 1).dim(64), 1);
   const Case vanilla = make_case(Spec().shape(2, 37, 50).heads(4, 2).dim(40).causal(false).sinks(), 2);
   const Case f16 = make_case(Spec().shape(1, 64, 96).heads(2, 2).dim(32).dtype(DType::f16).bias(), 3);
+  // Decode: split-KV (two passes: partials, then the merge) in one submission.
+  const Case decode = make_case(Spec().shape(1, 1, 700).heads(4, 1).dim(64).causal(true).sinks(), 4);
+  // Every kernel variant lavapipe runs, each in its own shape class: flash_subgroup (CPU and
+  // GPU tile shapes), split-KV + attn_merge, vanilla_gemm's three passes, flash_rowwise.
+  vulkan::KernelOverride gpu_shape = vulkan::parse_tiles("ds=2,rpt=2,ku=8,rows=16");
+  vulkan::KernelOverride rowwise;
+  rowwise.variant = vulkan::Variant::flash_rowwise;
+  const auto forced = [](const vulkan::KernelOverride& o, Kernel k, const Case& c) {
+    debug::set_kernel_override(o);
+    const RunInfo r = run_checked(k, c);
+    debug::clear_kernel_override();
+    return r;
+  };
+  int calls = 0;
   const auto round = [&] {
-    run_checked(Kernel::flash, flash);
-    run_checked(Kernel::vanilla, vanilla);
+    EXPECT_EQ(run_checked(Kernel::flash, flash).kernel, "flash_subgroup");
+    EXPECT_EQ(run_checked(Kernel::vanilla, vanilla).kernel, "vanilla_gemm");
     run_checked(Kernel::blocksparse, f16, /*profile=*/true);
+    EXPECT_EQ(run_checked(Kernel::vanilla, decode, /*profile=*/true).kernel, "flash_subgroup+split_kv");
+    EXPECT_EQ(forced(gpu_shape, Kernel::flash, flash).kernel, "flash_subgroup");
+    EXPECT_EQ(forced(rowwise, Kernel::flash, vanilla).kernel, "flash_rowwise");
+    calls += 6;
   };
   round();  // the shape classes run once: pipelines, memory blocks, descriptor sets, queries
   const debug::ObjectCounts before = debug::object_counts();
-  for (int i = 0; i < 5; ++i) round();
+  calls = 0;
+  for (int i = 0; i < 3; ++i) round();
   debug::ObjectCounts after = debug::object_counts();
-  EXPECT_EQ(after.submissions, before.submissions + 15) << "one queue submission per call";
+  EXPECT_EQ(after.submissions, before.submissions + static_cast<std::uint64_t>(calls))
+      << "one queue submission per call";
   after.submissions = before.submissions;
   EXPECT_EQ(after, before) << "buffers " << before.buffers << " -> " << after.buffers << ", memory "
                            << before.memory << " -> " << after.memory << ", pipelines " << before.pipelines
@@ -111,7 +131,7 @@ TEST_F(VulkanDataPath, TimestampsAroundUploadKernelsAndDownload) {
   EXPECT_EQ(r.bytes_to_host, 96u * 2 * 64 * 4 + 2u * 96 * 4);  // out f32 + lse
   if (!t.device_timestamps) GTEST_SKIP() << "the device has no timestamps on its compute queue";
   ASSERT_EQ(t.passes.size(), 1u);
-  EXPECT_EQ(t.passes[0].name, "flash");
+  EXPECT_EQ(t.passes[0].name, "flash_subgroup");
   EXPECT_GT(t.kernel_ms, 0.0);
   EXPECT_DOUBLE_EQ(t.kernel_ms, t.passes[0].ms);
   // Without profiling nothing is timed.

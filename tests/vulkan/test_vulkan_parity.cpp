@@ -1,7 +1,9 @@
 // run() of vanilla / flash / blocksparse against the fp64 oracle, over a grid of small shapes
-// sized for lavapipe: odd lengths with Tq != Tk, head dims that are not powers of two, GQA
-// ratios, every mask kind (causal, window, chunk, per-head and | masks that take the bitset
-// path, segments), bias, soft cap, sinks, fully masked rows, f32 / f16 / bf16.
+// sized for lavapipe: odd lengths with Tq != Tk, head dims 1 .. 512 (not powers of two too), GQA
+// ratios 1 .. 16, every mask kind (causal, window, chunk, per-head and | masks that take the
+// bitset path, segments), bias, soft cap, sinks, fully masked rows, f32 / f16 / bf16. The
+// variants are those the selection takes on the device (on lavapipe: flash_subgroup in its CPU
+// shape, vanilla_gemm, split-KV for decode shapes); test_vulkan_kernels.cpp forces the others.
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -56,7 +58,8 @@ Mask mixed_per_head(std::int64_t Hq) {
 using VulkanParity = VulkanTest;
 
 TEST_F(VulkanParity, HeadDims) {
-  const std::int64_t dims[] = {1, 40, 64, 80, 96, 112, 128, 256};
+  // The parity grid's head dims; the tiled kernels pad them inside (up to 512).
+  const std::int64_t dims[] = {1, 40, 64, 80, 96, 112, 128, 192, 256, 512};
   std::uint64_t seed = 100;
   for (std::int64_t D : dims) {
     for (bool causal : {true, false}) {
@@ -74,7 +77,9 @@ TEST_F(VulkanParity, ShapesAndGqa) {
     std::int64_t B, Tq, Tk;
   };
   const Shape shapes[] = {{1, 1, 37}, {2, 17, 45}, {1, 45, 17}, {2, 33, 33}, {1, 70, 101}, {1, 1, 1}};
-  const std::pair<std::int64_t, std::int64_t> heads[] = {{1, 1}, {2, 1}, {4, 1}, {8, 1}, {4, 2}, {8, 4}};
+  // GQA ratios 1, 2, 4, 8, 16.
+  const std::pair<std::int64_t, std::int64_t> heads[] = {{1, 1}, {2, 1}, {4, 1}, {8, 1},
+                                                         {4, 2}, {8, 4}, {16, 1}};
   std::uint64_t seed = 200;
   for (const Shape& s : shapes)
     for (const auto& [Hq, Hkv] : heads) {

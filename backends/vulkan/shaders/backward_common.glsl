@@ -181,7 +181,7 @@ uint stat_index(int b, int h, int i) { return uint((b * pc.Hq + h) * pc.Tq + i);
 uint delta_offset() { return uint(pc.B * pc.Hq * pc.Tq); }
 
 // The row's visible key interval [lo, hi) under the parametric mask (bottom-right aligned):
-// the forward's rule (common.glsl's param_interval).
+// the forward's rule (attn_io.glsl's param_interval).
 void param_interval(int i, out int lo, out int hi) {
   int p = i + pc.Tk - pc.Tq;
   lo = 0;

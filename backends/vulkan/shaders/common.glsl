@@ -1,31 +1,11 @@
-// Shared declarations of the attention shaders (vanilla.comp, flash.comp).
+// Declarations of flash.comp (the flash_rowwise variant) on top of attn_io.glsl (bindings, push
+// constants with the q/k/v offsets and strides, loads, mask helpers, the logit).
 //
 // One invocation owns one query row (b, h, i); a workgroup owns one q block of BQ rows of one
-// (b, h): gl_WorkGroupID = (q block, q head, batch). No shared memory and no barriers: lavapipe
-// runs those slowly, and a row never needs another row's data. Statistics and accumulators are
-// fp32 whatever the storage dtype.
-//
-// Buffer layouts (all tightly packed, row-major; built by vulkan_backend.cpp):
-//   q     [B, Tq, Hq, D]  k [B, Tk, Hkv, D]  v [B, Tk, Hkv, Dv]   in DTYPE (f32/f16/bf16), at
-//         the offsets and batch/token strides of the push constants (packed for host inputs),
-//         read as raw uint words (16-bit values two to a word, element e in the low half when
-//         e is even) so no 16-bit storage feature is needed.
-//   out   [B, Tq, Hq, Dv] f32 (the host rounds to the storage dtype, bit-exact RNE)
-//   lse   [B, Hq, Tq] f32
-//   bias  f32, element (b, h, i, j) at b*bias_stride_b + h*bias_stride_h + i*Tk + j
-//   sinks [Hq] f32;  seg_q [B, Tq], seg_kv [B, Tk] i32
-//   block map (BlockMap of backends/common/block_map_impl.h with bq = BQ, bk = BK):
-//     row_start [heads*nq + 1]: blocks of (head copy hh, q block qb) are
-//               entries[row_start[hh*nq+qb] .. row_start[hh*nq+qb+1])
-//     entries   one uint per non-empty tile: kv block << 1 | 1 when full (no mask evaluated),
-//               kv block << 1 when partial; partial tiles list their bitset in part_index
-//     part_index one int per entry: index of the partial tile's bitset (-1 when full)
-//     bits      per unique partial bitset, BQ rows of words_per_row uint words (the uint64
-//               words of BlockMap read as little-endian uint pairs): local column c of local
-//               row r is bit (c & 31) of word r*words_per_row + (c >> 5)
-//   scratch [B, Hq, Tq, Tk] f32 (vanilla only): scores, then the probabilities (= weights)
-// Unused bindings are bound to a small dummy buffer; flags say what is present.
+// (b, h): gl_WorkGroupID = (q block, q head, batch). No shared memory and no barriers. Statistics
+// and accumulators are fp32 whatever the storage dtype. The block map has bq = BQ, bk = BK.
 #extension GL_GOOGLE_include_directive : require
+#include "attn_io.glsl"
 
 layout(local_size_x_id = 0) in;                   // BQ rows per workgroup (= map's bq)
 layout(constant_id = 1) const uint DTYPE = 0u;    // 0 f32, 1 f16, 2 bf16
@@ -38,67 +18,9 @@ layout(constant_id = 5) const int DVEXACT = 0;
 #define HEAD_D (DEXACT > 0 ? DEXACT : pc.D)
 #define HEAD_DV (DVEXACT > 0 ? DVEXACT : pc.Dv)
 
-// q/k/v as 16-byte vectors: with FLAG_VEC a row of k or v is fetched 16 bytes per load (every
-// row starts 16-byte aligned then); single elements are picked out of a vector otherwise. The
-// host pads these buffers to a multiple of 16 bytes.
-layout(std430, set = 0, binding = 0) readonly buffer QBuf { uvec4 q_vec[]; };
-layout(std430, set = 0, binding = 1) readonly buffer KBuf { uvec4 k_vec[]; };
-layout(std430, set = 0, binding = 2) readonly buffer VBuf { uvec4 v_vec[]; };
-layout(std430, set = 0, binding = 3) writeonly buffer OutBuf { float out_f32[]; };
-layout(std430, set = 0, binding = 4) writeonly buffer LseBuf { float lse_f32[]; };
-layout(std430, set = 0, binding = 5) readonly buffer BiasBuf { float bias_f32[]; };
-layout(std430, set = 0, binding = 6) readonly buffer SinkBuf { float sinks_f32[]; };
-layout(std430, set = 0, binding = 7) readonly buffer SegQBuf { int seg_q[]; };
-layout(std430, set = 0, binding = 8) readonly buffer SegKvBuf { int seg_kv[]; };
-layout(std430, set = 0, binding = 9) readonly buffer RowStartBuf { uint row_start[]; };
-layout(std430, set = 0, binding = 10) readonly buffer EntryBuf { uint entries[]; };
-layout(std430, set = 0, binding = 11) readonly buffer PartBuf { int part_index[]; };
-layout(std430, set = 0, binding = 12) readonly buffer BitsBuf { uint bits[]; };
-layout(std430, set = 0, binding = 13) buffer ScratchBuf { float scratch[]; };
-
-// Must match struct PushConstants in vulkan_backend.cpp (std430 scalars, 4 bytes each).
-layout(push_constant) uniform PushConstants {
-  int B, Tq, Tk, Hq, Hkv, D, Dv;
-  float scale;
-  float soft_cap;         // > 0 when FLAG_SOFT_CAP
-  uint flags;
-  int win_left, win_right;  // FLAG_PARAM_MASK: < 0 = no bound on that side
-  int chunk;                // FLAG_PARAM_MASK: > 0 = chunked causal
-  uint bias_stride_b, bias_stride_h;
-  int map_heads;            // 1 or Hq
-  int nq;                   // q blocks
-  int words_per_row;        // uint words per bitset row
-  // q / k / v addressing, in elements of their buffers: element (b, t, h, d) of q is at
-  // q_off + b*q_sb + t*q_st + h*D + d (heads packed, d contiguous). Packed uploads have
-  // offset 0 and strides (T*H*D, H*D); device-resident views (a KV cache slice) have their own.
-  uint q_off, k_off, v_off;
-  uint q_sb, q_st, k_sb, k_st, v_sb, v_st;
-}
-pc;
-
-const uint FLAG_CAUSAL = 1u;      // with FLAG_PARAM_MASK: j <= p
-const uint FLAG_PARAM_MASK = 2u;  // partial tiles evaluate causal/window/chunk from pc
-const uint FLAG_SEGMENTS = 4u;
-const uint FLAG_BIAS = 8u;
-const uint FLAG_SINKS = 16u;
-const uint FLAG_LSE = 32u;
-const uint FLAG_SOFT_CAP = 64u;
-const uint FLAG_VEC = 128u;  // every q/k/v row starts on a 16-byte boundary and is whole vectors
-
-bool has(uint f) { return (pc.flags & f) != 0u; }
-
-// Element e of a q/k/v buffer as float.
-#define DEFINE_LOAD(NAME, VEC)                                     \
-  float NAME(uint e) {                                             \
-    if (DTYPE == 0u) return uintBitsToFloat(VEC[e >> 2][e & 3u]);  \
-    uint w = VEC[e >> 3][(e >> 1) & 3u];                           \
-    uint h = ((e & 1u) != 0u) ? (w >> 16) : (w & 0xffffu);         \
-    if (DTYPE == 1u) return unpackHalf2x16(h).x;                   \
-    return uintBitsToFloat(h << 16);                               \
-  }
-DEFINE_LOAD(load_q, q_vec)
-DEFINE_LOAD(load_k, k_vec)
-DEFINE_LOAD(load_v, v_vec)
+float load_k(uint e) { return k_elem(e, DTYPE); }
+float load_v(uint e) { return v_elem(e, DTYPE); }
+float load_q(uint e) { return q_elem(e, DTYPE); }
 
 // The row's query (in fp32) and output accumulator, private to the invocation. Module-scope so
 // that the helpers below use them in place (GLSL passes arrays by value).
@@ -109,10 +31,7 @@ float acc[DMAX];
 const int VEC_ELEMS = DTYPE == 0u ? 4 : 8;
 
 // Elements 2c and 2c+1 of a vector of 16-bit values, as floats.
-vec2 unpack_pair(uint w) {
-  if (DTYPE == 1u) return unpackHalf2x16(w);
-  return vec2(uintBitsToFloat(w << 16), uintBitsToFloat(w & 0xffff0000u));
-}
+vec2 unpack_pair(uint w) { return unpack_pair_of(w, DTYPE); }
 
 // qv . k[kbase .. kbase + D). kbase is a multiple of VEC_ELEMS with FLAG_VEC.
 float dot_qk(uint kbase) {
@@ -159,55 +78,16 @@ void add_weighted_v(float w, uint vbase) {
   }
 }
 
-const float NEG_BIG = -3.0e38;  // "no logit yet"; finite so that no inf - inf can arise
-
-// The row's visible interval [lo, hi) under the parametric mask (bottom-right aligned).
-void param_interval(int i, out int lo, out int hi) {
-  int p = i + pc.Tk - pc.Tq;
-  lo = 0;
-  hi = pc.Tk;
-  if (has(FLAG_CAUSAL)) hi = min(hi, p + 1);
-  if (pc.win_left >= 0) lo = max(lo, p - pc.win_left);
-  if (pc.win_right >= 0) hi = min(hi, p + pc.win_right + 1);
-  if (pc.chunk > 0) {
-    hi = min(hi, p + 1);
-    if (p >= 0) lo = max(lo, (p / pc.chunk) * pc.chunk);
-  }
-}
-
-// Bits [0, n) set, for 0 <= n <= 32.
-uint low_bits(int n) { return n <= 0 ? 0u : n >= 32 ? 0xffffffffu : (1u << uint(n)) - 1u; }
-
 // Bit t set: key j0 + t (t < nj) of tile `e` is visible to local row r (static mask and
-// segments). Full tiles see every key; partial tiles evaluate the parametric interval [lo, hi)
-// or read the row's bitset word (BK <= 32: one word per row).
+// segments): attn_io.glsl's helpers with BQ rows per bitset.
 uint tile_visibility(uint e, int r, int j0, int nj, int lo, int hi, int b, int seg_i) {
-  uint vis;
-  if ((entries[e] & 1u) != 0u) {
-    vis = low_bits(nj);
-  } else if (has(FLAG_PARAM_MASK)) {
-    const int a = clamp(lo - j0, 0, nj), c = clamp(hi - j0, 0, nj);
-    vis = low_bits(c) & ~low_bits(a);
-  } else {
-    const int part = part_index[e];
-    vis = bits[uint((part * int(gl_WorkGroupSize.x) + r) * pc.words_per_row)] & low_bits(nj);
-  }
-  if (has(FLAG_SEGMENTS) && vis != 0u)
-    for (int t = 0; t < nj; ++t)
-      if (((vis >> uint(t)) & 1u) != 0u && seg_kv[b * pc.Tk + j0 + t] != seg_i) vis &= ~(1u << uint(t));
+  uint vis = static_bits(e, r, j0, nj, lo, hi, int(gl_WorkGroupSize.x));
+  if (has(FLAG_SEGMENTS) && vis != 0u) vis &= segment_bits(b, j0, nj, seg_i);
   return vis;
 }
 
 // The logit of (q row, key j) given the raw dot product: scale, soft cap, bias.
-float logit(float dot, int b, int h, int i, int j) {
-  float s = dot * pc.scale;
-  // tanh is clamped: tanh(15) rounds to 1 in fp32, and some tanh implementations compute
-  // (e^x - e^-x) / (e^x + e^-x), which is inf / inf = NaN for large |x|.
-  // A NaN logit must stay NaN (the non-finite policy); clamp may turn it into a bound.
-  if (has(FLAG_SOFT_CAP) && !isnan(s)) s = pc.soft_cap * tanh(clamp(s / pc.soft_cap, -15.0, 15.0));
-  if (has(FLAG_BIAS)) s += bias_f32[uint(b) * pc.bias_stride_b + uint(h) * pc.bias_stride_h + uint(i * pc.Tk + j)];
-  return s;
-}
+float logit(float dot, int b, int h, int i, int j) { return finish_logit(dot * pc.scale, b, h, i, j); }
 
 // With FLAG_VEC, keys are processed four at a time: each q element and each accumulator element
 // is then read once per four keys instead of once per key (private arrays live in memory on

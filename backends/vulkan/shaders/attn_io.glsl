@@ -1,0 +1,186 @@
+// What every attention shader shares: descriptor bindings, push constants, flags, element loads,
+// the static-mask helpers and the logit. Included by flash.comp (through common.glsl),
+// flash_tiled.comp, flash_coopmat.comp, attn_merge.comp and the vanilla_*.comp passes.
+//
+// Buffer layouts (row-major; built by vk_attention.cpp):
+//   q     [B, Tq, Hq, D]  k [B, Tk, Hkv, D]  v [B, Tk, Hkv, Dv]   in DTYPE (f32/f16/bf16), at
+//         the element offsets and batch / token strides of the push constants (heads packed, d
+//         contiguous): packed host uploads have offset 0 and strides (T*H*D, H*D); device views
+//         (a KV-cache slice) are read in place with their own. Read as raw uint words (16-bit
+//         values two to a word, element e in the low half when e is even) so that no 16-bit
+//         storage feature is needed; buffers padded to 16 bytes. q_at / k_at / v_at address them.
+//   out   [B, Tq, Hq, Dv] f32, packed (the host rounds to the storage dtype, bit-exact RNE, or
+//         convert.comp does for a 16-bit device output)
+//   lse   [B, Hq, Tq] f32
+//   bias  f32, element (b, h, i, j) at b*bias_stride_b + h*bias_stride_h + i*Tk + j
+//   sinks [Hq] f32;  seg_q [B, Tq], seg_kv [B, Tk] i32
+//   block map (BlockMap of backends/common/block_map_impl.h with bq = pc.q_rows rows for the
+//   tiled kernels, bk = the kernel's kv tile):
+//     row_start [heads*nq + 1]: tiles of (head copy hh, q block qb) are
+//               entries[row_start[hh*nq+qb] .. row_start[hh*nq+qb+1]), increasing kv order
+//     entries   one uint per non-empty tile: kv block << 1 | 1 when full (no mask evaluated),
+//               kv block << 1 when partial; partial tiles list their bitset in part_index
+//     part_index one int per entry: index of the partial tile's bitset (-1 when full)
+//     bits      per unique partial bitset, bq rows of words_per_row uint words (the uint64
+//               words of BlockMap read as little-endian uint pairs): local column c of local
+//               row r is bit (c & 31) of word r*words_per_row + (c >> 5)
+//   scratch   per kernel: vanilla's scores/probabilities [B, Hq, Tq, Tk] f32 (= the weights);
+//             split-KV partials [B, Hq, Tq, nsplit, Dv + 2] f32 (o unnormalised, m, l)
+// Unused bindings are bound to a small dummy buffer; flags say what is present.
+//
+// Non-finite values (the library's policy): NaN/Inf in q, k, v reach exactly the rows that see
+// those keys; masked keys contribute nothing (their values are never multiplied in); a -inf
+// logit is a mask; a row whose every logit is masked or -inf gives out 0 and lse -inf; a +inf
+// sink takes all the mass (out 0).
+#extension GL_GOOGLE_include_directive : require
+
+layout(std430, set = 0, binding = 0) readonly buffer QBuf { uvec4 q_vec[]; };
+layout(std430, set = 0, binding = 0) readonly buffer QBufW { uint q_w[]; };
+layout(std430, set = 0, binding = 0) readonly buffer QBufW2 { uvec2 q_w2[]; };
+layout(std430, set = 0, binding = 1) readonly buffer KBuf { uvec4 k_vec[]; };
+layout(std430, set = 0, binding = 1) readonly buffer KBufW { uint k_w[]; };
+layout(std430, set = 0, binding = 1) readonly buffer KBufW2 { uvec2 k_w2[]; };
+layout(std430, set = 0, binding = 2) readonly buffer VBuf { uvec4 v_vec[]; };
+layout(std430, set = 0, binding = 2) readonly buffer VBufW { uint v_w[]; };
+layout(std430, set = 0, binding = 2) readonly buffer VBufW2 { uvec2 v_w2[]; };
+layout(std430, set = 0, binding = 3) buffer OutBuf { float out_f32[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer LseBuf { float lse_f32[]; };
+layout(std430, set = 0, binding = 5) readonly buffer BiasBuf { float bias_f32[]; };
+layout(std430, set = 0, binding = 6) readonly buffer SinkBuf { float sinks_f32[]; };
+layout(std430, set = 0, binding = 7) readonly buffer SegQBuf { int seg_q[]; };
+layout(std430, set = 0, binding = 8) readonly buffer SegKvBuf { int seg_kv[]; };
+layout(std430, set = 0, binding = 9) readonly buffer RowStartBuf { uint row_start[]; };
+layout(std430, set = 0, binding = 10) readonly buffer EntryBuf { uint entries[]; };
+layout(std430, set = 0, binding = 11) readonly buffer PartBuf { int part_index[]; };
+layout(std430, set = 0, binding = 12) readonly buffer BitsBuf { uint bits[]; };
+layout(std430, set = 0, binding = 13) buffer ScratchBuf { float scratch[]; };
+
+// Must match struct PushConstants in vk_launch.h (std430 scalars, 4 bytes each; 124 of the
+// runtime's 128 bytes).
+layout(push_constant) uniform PushConstants {
+  int B, Tq, Tk, Hq, Hkv, D, Dv;
+  float scale;
+  float soft_cap;  // > 0 when FLAG_SOFT_CAP
+  uint flags;
+  int win_left, win_right;  // FLAG_PARAM_MASK: < 0 = no bound on that side
+  int chunk;                // FLAG_PARAM_MASK: > 0 = chunked causal
+  uint bias_stride_b, bias_stride_h;
+  int map_heads;      // 1 or Hq
+  int nq;             // q blocks of the map
+  int words_per_row;  // uint words per bitset row
+  uint q_off, k_off, v_off;                 // element offsets of q / k / v in their buffers
+  uint q_sb, q_st, k_sb, k_st, v_sb, v_st;  // batch and token strides, in elements
+  int q_rows;         // query positions per workgroup (= the map's bq)
+  int head_rows;      // q heads per workgroup (tiled kernels; they share one kv head)
+  int nsplit;         // kv splits per row (split-KV), 1 = none
+  int kv_block;       // keys per kv tile (= the map's bk)
+}
+pc;
+
+const uint FLAG_CAUSAL = 1u;      // with FLAG_PARAM_MASK: j <= p
+const uint FLAG_PARAM_MASK = 2u;  // partial tiles evaluate causal/window/chunk from pc
+const uint FLAG_SEGMENTS = 4u;
+const uint FLAG_BIAS = 8u;
+const uint FLAG_SINKS = 16u;
+const uint FLAG_LSE = 32u;
+const uint FLAG_SOFT_CAP = 64u;
+const uint FLAG_VEC = 128u;       // every q/k/v row starts on a 16-byte boundary and is whole vectors
+const uint FLAG_ALIGNED4 = 256u;  // every q/k/v row starts at a multiple of 4 elements and D, Dv too
+
+bool has(uint f) { return (pc.flags & f) != 0u; }
+
+const float NEG_BIG = -3.0e38;  // "no logit yet"; finite so that no inf - inf can arise
+#define NEG_INF uintBitsToFloat(0xff800000u)
+
+// 16-bit value h (low 16 bits) as float.
+float half_bits_to_float(uint h, uint dtype) {
+  if (dtype == 1u) return unpackHalf2x16(h).x;
+  return uintBitsToFloat(h << 16);
+}
+// Elements 2c and 2c+1 of a word of 16-bit values, as floats.
+vec2 unpack_pair_of(uint w, uint dtype) {
+  if (dtype == 1u) return unpackHalf2x16(w);
+  return vec2(uintBitsToFloat(w << 16), uintBitsToFloat(w & 0xffff0000u));
+}
+
+// Element e of a q/k/v buffer, and 4 elements e .. e+3 (e % 4 == 0, the 4 inside the buffer's
+// row and aligned: FLAG_ALIGNED4), as floats. dtype: 0 f32, 1 f16, 2 bf16.
+#define DEFINE_LOADS(X)                                                               \
+  float X##_elem(uint e, uint dtype) {                                                \
+    if (dtype == 0u) return uintBitsToFloat(X##_w[e]);                                \
+    const uint w = X##_w[e >> 1];                                                     \
+    return half_bits_to_float((e & 1u) != 0u ? (w >> 16) : (w & 0xffffu), dtype);    \
+  }                                                                                   \
+  vec4 X##_load4_aligned(uint e, uint dtype) {                                        \
+    if (dtype == 0u) return uintBitsToFloat(X##_vec[e >> 2]);                         \
+    const uvec2 w = X##_w2[e >> 2];                                                   \
+    return vec4(unpack_pair_of(w.x, dtype), unpack_pair_of(w.y, dtype));              \
+  }                                                                                   \
+  /* Elements row_base + d .. + 3 of a row of n elements; those at or past n read 0. */ \
+  vec4 X##_load4(uint row_base, int d, int n, uint dtype) {                           \
+    if (has(FLAG_ALIGNED4) && d + 4 <= n) return X##_load4_aligned(row_base + uint(d), dtype); \
+    vec4 r = vec4(0.0);                                                               \
+    for (int c = 0; c < 4; ++c)                                                       \
+      if (d + c < n) r[c] = X##_elem(row_base + uint(d + c), dtype);                  \
+    return r;                                                                         \
+  }
+DEFINE_LOADS(q)
+DEFINE_LOADS(k)
+DEFINE_LOADS(v)
+
+// Element offsets of the q row (b, i, h), and of the k / v rows of key j of kv head hk.
+uint q_at(int b, int i, int h) { return pc.q_off + uint(b) * pc.q_sb + uint(i) * pc.q_st + uint(h * pc.D); }
+uint k_at(int b, int j, int hk) { return pc.k_off + uint(b) * pc.k_sb + uint(j) * pc.k_st + uint(hk * pc.D); }
+uint v_at(int b, int j, int hk) { return pc.v_off + uint(b) * pc.v_sb + uint(j) * pc.v_st + uint(hk * pc.Dv); }
+
+// The row's visible interval [lo, hi) under the parametric mask (bottom-right aligned).
+void param_interval(int i, out int lo, out int hi) {
+  int p = i + pc.Tk - pc.Tq;
+  lo = 0;
+  hi = pc.Tk;
+  if (has(FLAG_CAUSAL)) hi = min(hi, p + 1);
+  if (pc.win_left >= 0) lo = max(lo, p - pc.win_left);
+  if (pc.win_right >= 0) hi = min(hi, p + pc.win_right + 1);
+  if (pc.chunk > 0) {
+    hi = min(hi, p + 1);
+    if (p >= 0) lo = max(lo, (p / pc.chunk) * pc.chunk);
+  }
+}
+
+// Bits 0 .. n-1 set (n in [0, 32]).
+uint low_bits(int n) {
+  return n <= 0 ? 0u : n >= 32 ? 0xffffffffu : ((1u << uint(n)) - 1u);
+}
+
+// Visibility of keys j0 .. j0 + nj - 1 (nj <= 32) of tile `entry` for the row at local row r
+// of its q block: bit t for key j0 + t. Static mask only (segments: segment_bits).
+// [lo, hi): the row's parametric interval (FLAG_PARAM_MASK).
+uint static_bits(uint entry, int r, int j0, int nj, int lo, int hi, int rows_per_block) {
+  const uint valid = low_bits(nj);
+  if ((entries[entry] & 1u) != 0u) return valid;  // full tile
+  if (has(FLAG_PARAM_MASK)) return valid & low_bits(hi - j0) & ~low_bits(lo - j0);
+  // One bitset word holds the tile's columns (kv tiles of the tiled kernels are <= 32 keys).
+  const int part = part_index[entry];
+  return valid & bits[uint((part * rows_per_block + r) * pc.words_per_row)];
+}
+
+// Keys j0 .. j0 + nj - 1 whose segment id equals seg_i (bit t for key j0 + t).
+uint segment_bits(int b, int j0, int nj, int seg_i) {
+  uint m = 0u;
+  for (int t = 0; t < nj; ++t)
+    if (seg_kv[b * pc.Tk + j0 + t] == seg_i) m |= 1u << uint(t);
+  return m;
+}
+
+// The logit of (q row, key j) from its scaled dot product: soft cap, then bias.
+float finish_logit(float s, int b, int h, int i, int j) {
+  // tanh is clamped: tanh(15) rounds to 1 in fp32, and some tanh implementations compute
+  // (e^x - e^-x) / (e^x + e^-x), which is inf / inf = NaN for large |x|. NaN stays NaN (clamp
+  // of NaN is undefined).
+  if (has(FLAG_SOFT_CAP)) {
+    const float x = s / pc.soft_cap;
+    s = isnan(x) ? x : pc.soft_cap * tanh(clamp(x, -15.0, 15.0));
+  }
+  if (has(FLAG_BIAS)) s += bias_f32[uint(b) * pc.bias_stride_b + uint(h) * pc.bias_stride_h + uint(i * pc.Tk + j)];
+  return s;
+}

@@ -1,0 +1,264 @@
+#version 450
+// Flash / blocksparse attention with subgroup tiles (the "flash_subgroup" variant), also the
+// first pass of split-KV decode.
+//
+// A workgroup owns q_rows query positions x head_rows q heads of one kv head (GQA: those heads
+// share every staged K/V tile) of one batch: gl_WorkGroupID = (q block * nsplit + split,
+// head block, batch). Its invocations form teams of DS consecutive lanes of one subgroup; a team
+// owns RPT rows, and each lane of the team holds a DS-th of the row's head dimension: vec4
+// number lane + DS*k (k < DK4) of q and of the output accumulator, so that S = Q K^T is a
+// partial dot product per lane summed with subgroupShuffleXor over the team.
+//
+// Per non-empty kv tile of the block map (BC keys; empty tiles are never listed): K and V of the
+// tile are staged in shared memory as f32 vec4 (head dims padded with zeros to 4*DS*DK4 inside
+// the kernel), the static mask applies only to partial tiles (full tiles evaluate none), then,
+// KU keys at a time, S is computed for the team's rows, the online softmax (running max m, sum
+// l) rescales the accumulator and P V is accumulated in registers. Statistics and accumulators
+// are fp32 whatever the storage dtype.
+//
+// SPLIT = 1 (split-KV): the row's tile list is cut into nsplit contiguous chunks, one per
+// workgroup, and each writes its partial (o unnormalised, m, l) to scratch for attn_merge.comp.
+//
+// Code shape: loads and stores outside the key loop go through small private arrays in loops
+// that are not unrolled, so that the shader holds few memory instructions. CPU implementations
+// (lavapipe) emit each memory instruction as a loop over the lanes, and LLVM's coroutine pass
+// (their workgroups are coroutines) grows with the square of the resulting basic blocks.
+#extension GL_GOOGLE_include_directive : require
+#extension GL_KHR_shader_subgroup_basic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
+#extension GL_EXT_control_flow_attributes : require
+#include "attn_io.glsl"
+
+layout(local_size_x_id = 0) in;                // invocations: (rows / RPT) teams of DS lanes
+layout(constant_id = 1) const uint DTYPE = 0u;  // 0 f32, 1 f16, 2 bf16
+layout(constant_id = 2) const uint DS = 1u;     // lanes per team (power of two <= subgroup size)
+layout(constant_id = 3) const uint RPT = 1u;    // rows per team
+layout(constant_id = 4) const uint BC = 32u;    // keys per kv tile (<= 32: one visibility word)
+layout(constant_id = 5) const uint DK4 = 16u;   // vec4 of q / k per lane: D <= 4 * DS * DK4
+layout(constant_id = 6) const uint DV4 = 16u;   // vec4 of v / out per lane: Dv <= 4 * DS * DV4
+layout(constant_id = 7) const uint SPLIT = 0u;  // 1: write split-KV partials
+layout(constant_id = 8) const uint KU = 8u;     // keys per online-softmax step (divides BC)
+// 1: the workgroup is one subgroup (as many invocations as the subgroup has lanes, all of them
+// present): subgroup barriers order the shared-memory tiles.
+layout(constant_id = 9) const uint ONE_SUBGROUP = 0u;
+layout(constant_id = 10) const uint ALIGNED = 0u;  // 1: as FLAG_ALIGNED4 (rows start at multiples of 4)
+
+const uint KROW = DK4 * DS;  // vec4 per staged key (k) row
+const uint VROW = DV4 * DS;  // vec4 per staged value (v) row
+shared vec4 ks[BC * KROW];
+shared vec4 vs[BC * VROW];
+
+void tile_barrier() {
+  if (ONE_SUBGROUP != 0u) {
+    subgroupMemoryBarrierShared();
+    subgroupBarrier();
+  } else {
+    barrier();
+  }
+}
+
+// Elements d .. d+3 of a row of n elements starting at element `base` of q / k / v (`which`
+// 0 / 1 / 2); elements at or past n read 0.
+vec4 load4(uint which, uint base, int d, int n) {
+  if (ALIGNED != 0u) {
+    if (d >= n) return vec4(0.0);
+    const uint e = base + uint(d);
+    return which == 0u ? q_load4_aligned(e, DTYPE) : which == 1u ? k_load4_aligned(e, DTYPE) : v_load4_aligned(e, DTYPE);
+  }
+  vec4 r = vec4(0.0);
+  for (int c = 0; c < 4; ++c)
+    if (d + c < n) {
+      const uint e = base + uint(d + c);
+      r[c] = which == 0u ? q_elem(e, DTYPE) : which == 1u ? k_elem(e, DTYPE) : v_elem(e, DTYPE);
+    }
+  return r;
+}
+
+void main() {
+  const uint tid = gl_LocalInvocationIndex;
+  const uint WG = gl_WorkGroupSize.x;
+  const uint lane = tid % DS;  // teams are DS consecutive invocations of one subgroup
+  const uint team = tid / DS;
+  const int qb = int(gl_WorkGroupID.x) / pc.nsplit, split = int(gl_WorkGroupID.x) % pc.nsplit;
+  const int b = int(gl_WorkGroupID.z);
+  const int h0 = int(gl_WorkGroupID.y) * pc.head_rows;
+  const int hk = h0 / (pc.Hq / pc.Hkv);  // the kv head of every head of the block
+  const int rows = pc.q_rows * pc.head_rows;
+
+  // The team's rows: local row rr = team * RPT + r is q head h0 + rr / q_rows at position
+  // qb * q_rows + rr % q_rows.
+  int row_i[RPT], row_h[RPT], row_local[RPT], lo[RPT], hi[RPT], seg[RPT];
+  bool live[RPT];
+  [[unroll]] for (uint r = 0; r < RPT; ++r) {
+    const int rr = int(team * RPT + r);
+    row_local[r] = rr % pc.q_rows;
+    row_h[r] = h0 + rr / pc.q_rows;
+    row_i[r] = qb * pc.q_rows + row_local[r];
+    live[r] = rr < rows && row_i[r] < pc.Tq;
+    lo[r] = 0;
+    hi[r] = pc.Tk;
+    if (has(FLAG_PARAM_MASK)) param_interval(row_i[r], lo[r], hi[r]);
+  }
+  // q, scaled (a loop over a private array: one load instruction in the shader).
+  vec4 q_in[RPT * DK4];
+  int seg_in[RPT];
+  for (uint x = 0; x < RPT * DK4; ++x) {
+    const uint r = x / DK4, k = x % DK4;
+    const int rr = int(team * RPT + r);
+    const int i = qb * pc.q_rows + rr % pc.q_rows, h = h0 + rr / pc.q_rows;
+    const bool ok = rr < rows && i < pc.Tq;
+    q_in[x] = ok ? load4(0u, q_at(b, i, h), int(4u * (lane + DS * k)), pc.D) * pc.scale
+                 : vec4(0.0);
+    if (k == 0u) seg_in[r] = (has(FLAG_SEGMENTS) && ok) ? seg_q[b * pc.Tq + i] : 0;
+  }
+  vec4 q[RPT][DK4];
+  vec4 o[RPT][DV4];
+  float m[RPT], l[RPT];
+  [[unroll]] for (uint r = 0; r < RPT; ++r) {
+    [[unroll]] for (uint k = 0; k < DK4; ++k) q[r][k] = q_in[r * DK4 + k];
+    [[unroll]] for (uint k = 0; k < DV4; ++k) o[r][k] = vec4(0.0);
+    m[r] = NEG_BIG;
+    l[r] = 0.0;
+    seg[r] = seg_in[r];
+  }
+
+  // The tiles of this q block (and this split of them).
+  const int hh = pc.map_heads > 1 ? h0 : 0;  // head_rows == 1 with per-head maps
+  const int e_first = int(row_start[hh * pc.nq + qb]), e_last = int(row_start[hh * pc.nq + qb + 1]);
+  const int per_split = (e_last - e_first + pc.nsplit - 1) / pc.nsplit;
+  const int e0 = min(e_last, e_first + split * per_split), e1 = min(e_last, e0 + per_split);
+  const uint kstride = pc.k_st, vstride = pc.v_st;  // between consecutive keys
+
+  for (int e = e0; e < e1; ++e) {
+    const uint entry = entries[e];
+    const int j0 = int(entry >> 1) * int(BC);
+    const int nj = min(int(BC), pc.Tk - j0);
+    // Stage K and V of keys j0 .. j0 + nj - 1 (keys past Tk and dims past D / Dv read 0).
+    tile_barrier();  // every team is done with the previous tile
+    const uint kbase = k_at(b, j0, hk), vbase = v_at(b, j0, hk);
+    for (uint idx = tid; idx < BC * KROW; idx += WG) {
+      const uint c = idx / KROW, v4 = idx % KROW;
+      ks[idx] = int(c) < nj ? load4(1u, kbase + c * kstride, int(4u * v4), pc.D) : vec4(0.0);
+    }
+    for (uint idx = tid; idx < BC * VROW; idx += WG) {
+      const uint c = idx / VROW, v4 = idx % VROW;
+      vs[idx] = int(c) < nj ? load4(2u, vbase + c * vstride, int(4u * v4), pc.Dv) : vec4(0.0);
+    }
+    tile_barrier();
+
+    // Which keys of the tile each row sees.
+    uint vis_in[RPT];
+    for (uint r = 0; r < RPT; ++r) {
+      const int rr = int(team * RPT + r);
+      const int i = qb * pc.q_rows + rr % pc.q_rows;
+      int lo_r = 0, hi_r = pc.Tk;
+      if (has(FLAG_PARAM_MASK)) param_interval(i, lo_r, hi_r);
+      uint v = (rr < rows && i < pc.Tq) ? static_bits(uint(e), rr % pc.q_rows, j0, nj, lo_r, hi_r, pc.q_rows) : 0u;
+      if (has(FLAG_SEGMENTS) && v != 0u) v &= segment_bits(b, j0, nj, seg_in[r]);
+      vis_in[r] = v;
+    }
+    uint vis[RPT];
+    [[unroll]] for (uint r = 0; r < RPT; ++r) vis[r] = vis_in[r];
+
+    // Keys are taken KU at a time, each group a step of the online softmax.
+    const bool guarded = (entry & 1u) == 0u || has(FLAG_BIAS);
+    [[dont_unroll]] for (uint c0 = 0; c0 < BC; c0 += KU) {
+      if (int(c0) >= nj) break;
+      // S = Q K^T: each lane's partial dot products, then summed over the team.
+      float s[RPT][KU];
+      [[unroll]] for (uint c = 0; c < KU; ++c) {
+        [[unroll]] for (uint r = 0; r < RPT; ++r) s[r][c] = 0.0;
+        [[unroll]] for (uint k = 0; k < DK4; ++k) {
+          const vec4 kv = ks[(c0 + c) * KROW + lane + DS * k];
+          [[unroll]] for (uint r = 0; r < RPT; ++r) s[r][c] += dot(q[r][k], kv);
+        }
+      }
+      if (DS > 1u) {
+        [[unroll]] for (uint c = 0; c < KU; ++c)
+          [[unroll]] for (uint r = 0; r < RPT; ++r)
+            [[unroll]] for (uint off = 1u; off < DS; off *= 2u) s[r][c] += subgroupShuffleXor(s[r][c], off);
+      }
+
+      // Logits and the online softmax; s becomes P (0 for masked keys and -inf logits).
+      [[unroll]] for (uint r = 0; r < RPT; ++r) {
+        const uint bits_r = vis[r] >> c0;
+        float step_max = NEG_BIG;
+        [[unroll]] for (uint c = 0; c < KU; ++c) {
+          float x = NEG_INF;
+          if (((bits_r >> c) & 1u) != 0u) x = finish_logit(s[r][c], b, row_h[r], row_i[r], j0 + int(c0 + c));
+          s[r][c] = x;
+          step_max = max(step_max, x);
+        }
+        const float m_new = max(m[r], step_max);
+        const float alpha = exp(m[r] - m_new);
+        m[r] = m_new;
+        // alpha is 1 unless the running max grew (rare after the first keys): skip the rescale
+        // then. A NaN alpha rescales, and propagates.
+        if (alpha != 1.0) {
+          l[r] *= alpha;
+          [[unroll]] for (uint k = 0; k < DV4; ++k) o[r][k] *= alpha;
+        }
+        [[unroll]] for (uint c = 0; c < KU; ++c) {
+          s[r][c] = exp(s[r][c] - m_new);
+          l[r] += s[r][c];
+        }
+      }
+
+      // O += P V. Where a key may be masked for some row (partial tiles, -inf biases), its value
+      // is multiplied in only where P != 0, so that NaN/Inf in a masked key's v never leaks.
+      [[unroll]] for (uint c = 0; c < KU; ++c)
+        [[unroll]] for (uint k = 0; k < DV4; ++k) {
+          const vec4 vv = vs[(c0 + c) * VROW + lane + DS * k];
+          [[unroll]] for (uint r = 0; r < RPT; ++r) {
+            const vec4 pv = s[r][c] * vv;
+            o[r][k] += (guarded && s[r][c] == 0.0) ? vec4(0.0) : pv;
+          }
+        }
+    }
+  }
+
+  // Results: normalised rows (or split-KV partials) through a private array, stored in a loop.
+  // A fully masked row (every logit masked or -inf: l == 0) gives 0 and lse -inf; a NaN l
+  // propagates; a sink adds probability mass without value.
+  vec4 o_out[RPT * DV4];
+  float row_scale[RPT], row_m[RPT], row_l[RPT];
+  [[unroll]] for (uint r = 0; r < RPT; ++r) {
+    float inv = 1.0;
+    if (SPLIT == 0u) {
+      float denom = l[r];
+      if (has(FLAG_SINKS)) denom += exp(sinks_f32[row_h[r]] - m[r]);
+      inv = l[r] == 0.0 ? 0.0 : 1.0 / denom;
+    }
+    [[unroll]] for (uint k = 0; k < DV4; ++k) o_out[r * DV4 + k] = l[r] == 0.0 && SPLIT == 0u ? vec4(0.0) : o[r][k] * inv;
+    row_m[r] = m[r];
+    row_l[r] = l[r];
+  }
+  for (uint r = 0; r < RPT; ++r) {
+    const int rr = int(team * RPT + r);
+    const int i = qb * pc.q_rows + rr % pc.q_rows, h = h0 + rr / pc.q_rows;
+    if (rr >= rows || i >= pc.Tq) continue;
+    const uint row = uint((b * pc.Hq + h) * pc.Tq + i);  // [B, Hq, Tq] index
+    uint base;
+    if (SPLIT != 0u) {
+      // Partial of this split: o unnormalised, then m and l.
+      base = (row * uint(pc.nsplit) + uint(split)) * uint(pc.Dv + 2);
+      if (lane == 0u) {
+        scratch[base + uint(pc.Dv)] = row_m[r];
+        scratch[base + uint(pc.Dv) + 1u] = row_l[r];
+      }
+    } else {
+      base = uint(((b * pc.Tq + i) * pc.Hq + h) * pc.Dv);
+      // lse is over the visible keys only.
+      if (has(FLAG_LSE) && lane == 0u) lse_f32[row] = row_l[r] == 0.0 ? NEG_INF : row_m[r] + log(row_l[r]);
+    }
+    for (uint x = 0; x < DV4 * 4u; ++x) {
+      const int d = int(4u * (lane + DS * (x / 4u)) + x % 4u);
+      if (d >= pc.Dv) break;
+      const float val = o_out[r * DV4 + x / 4u][x % 4u];
+      if (SPLIT != 0u)
+        scratch[base + uint(d)] = val;
+      else
+        out_f32[base + uint(d)] = val;
+    }
+  }
+}

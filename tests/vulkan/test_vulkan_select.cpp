@@ -1,0 +1,420 @@
+// The kernel variant and tile selection (vk_kernel_select.h) as a pure function, on injected
+// device descriptions: lavapipe as this machine reports it, an NVIDIA H100 as the GPU recipe
+// reported it (driver 580), a wave64 GPU, a device without subgroup shuffles, a small one. No
+// Vulkan device is needed; the last test checks the description read from the real device.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "backends/vulkan/vk_kernel_select.h"
+#if ATTNOPS_TEST_VULKAN_BUILT
+#include "backends/vulkan/vk_launch.h"
+#endif
+#include "tests/support/testing.h"
+#include "tests/vulkan/vulkan_fixture.h"
+
+namespace attnops::testing {
+namespace {
+
+using vulkan::BuildCaps;
+using vulkan::CoopMatShape;
+using vulkan::DeviceDesc;
+using vulkan::KernelOverride;
+using vulkan::MatType;
+using vulkan::ProblemShape;
+using vulkan::Selection;
+using vulkan::Variant;
+
+DeviceDesc lavapipe() {
+  DeviceDesc d;
+  d.name = "llvmpipe (LLVM 15.0.6, 256 bits)";
+  d.software = true;
+  d.subgroup_size = d.min_subgroup_size = d.max_subgroup_size = 8;
+  d.subgroup_size_control = true;
+  d.full_subgroups = true;
+  d.subgroup_shuffle = d.subgroup_arithmetic = d.subgroup_ballot = true;
+  d.shared_memory_bytes = 32768;
+  d.max_invocations = d.max_group_size_x = 1024;
+  d.max_group_count[0] = d.max_group_count[1] = d.max_group_count[2] = 65535;
+  d.shader_f16 = d.storage_16bit = d.vulkan_memory_model = true;
+  return d;
+}
+
+DeviceDesc h100() {
+  DeviceDesc d;
+  d.name = "NVIDIA H100 80GB HBM3";
+  d.subgroup_size = d.min_subgroup_size = d.max_subgroup_size = 32;
+  d.subgroup_size_control = d.full_subgroups = true;
+  d.subgroup_shuffle = d.subgroup_arithmetic = d.subgroup_ballot = true;
+  d.shared_memory_bytes = 49152;
+  d.max_invocations = d.max_group_size_x = 1024;
+  d.max_group_count[0] = 2147483647;
+  d.max_group_count[1] = d.max_group_count[2] = 65535;
+  d.compute_units = 132;
+  d.shader_f16 = d.storage_16bit = d.shader_bf16 = d.vulkan_memory_model = true;
+  d.coopmat_khr = d.coopmat_nv = true;
+  const CoopMatShape f16_f32{16, 16, 16, MatType::f16, MatType::f16, MatType::f32, MatType::f32};
+  const CoopMatShape f16_f16{16, 16, 16, MatType::f16, MatType::f16, MatType::f16, MatType::f16};
+  const CoopMatShape f16_8{16, 8, 16, MatType::f16, MatType::f16, MatType::f32, MatType::f32};
+  const CoopMatShape bf16_f32{16, 16, 16, MatType::bf16, MatType::bf16, MatType::f32, MatType::f32};
+  d.coopmat_khr_shapes = {f16_f16, f16_f32, f16_8, bf16_f32};
+  d.coopmat_nv_shapes = {f16_f16, f16_f32, f16_8};
+  return d;
+}
+
+DeviceDesc wave64() {  // an AMD-like device: subgroups of 32 or 64 lanes, 64 KiB shared memory
+  DeviceDesc d = h100();
+  d.name = "wave64";
+  d.subgroup_size = 64;
+  d.min_subgroup_size = 32;
+  d.max_subgroup_size = 64;
+  d.shared_memory_bytes = 65536;
+  d.compute_units = 0;
+  d.coopmat_khr = d.coopmat_nv = false;
+  d.coopmat_khr_shapes.clear();
+  d.coopmat_nv_shapes.clear();
+  return d;
+}
+
+ProblemShape prefill(DType t, std::int64_t D = 128, std::int64_t T = 4096, std::int64_t Hq = 16,
+                     std::int64_t Hkv = 16) {
+  ProblemShape p;
+  p.dtype = t;
+  p.B = 1;
+  p.Tq = p.Tk = T;
+  p.Hq = Hq;
+  p.Hkv = Hkv;
+  p.D = p.Dv = D;
+  return p;
+}
+
+ProblemShape decode(DType t, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv, std::int64_t D = 128) {
+  ProblemShape p = prefill(t, D, 1, Hq, Hkv);
+  p.Tk = Tk;
+  return p;
+}
+
+bool mentions(const Selection& s, const std::string& text) {
+  return s.detail().find(text) != std::string::npos;
+}
+
+constexpr BuildCaps kDebian12{true, false};  // glslc compiles the NV extension, not the KHR one
+constexpr BuildCaps kNewGlslc{true, true};
+constexpr BuildCaps kNoCoopmat{false, false};
+
+TEST(VulkanSelect, LavapipeTakesTheSubgroupKernelInItsCpuShape) {
+  const Selection s = vulkan::select_kernel(lavapipe(), kDebian12, prefill(DType::f32, 64, 512, 8, 8));
+  EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
+  EXPECT_EQ(s.kernel(), "flash_subgroup");
+  // One subgroup per workgroup (no workgroup barrier), whole rows per lane, 8 rows per lane on a
+  // prefill-sized problem, 4 on a small one.
+  EXPECT_EQ(s.subgroup.wg, 8u);
+  EXPECT_TRUE(s.subgroup.one_subgroup);
+  EXPECT_EQ(s.subgroup.ds, 1u);
+  EXPECT_EQ(s.subgroup.rpt, 8u);
+  EXPECT_EQ(s.subgroup.ku, 1u);
+  EXPECT_EQ(s.subgroup.q_rows, 64u);
+  const Selection small = vulkan::select_kernel(lavapipe(), kDebian12, prefill(DType::f32, 64, 100, 2, 2));
+  EXPECT_EQ(small.subgroup.rpt, 4u);
+  EXPECT_EQ(small.subgroup.q_rows, 32u);
+  EXPECT_EQ(s.subgroup.bc, 32u);
+  EXPECT_EQ(s.subgroup.nsplit, 1u);
+  EXPECT_LE(s.subgroup.shared_bytes, 32768u);
+  EXPECT_TRUE(mentions(s, "flash_coopmat_khr: not compiled in")) << s.detail();
+  EXPECT_TRUE(mentions(s, "flash_coopmat_nv: the device does not offer VK_NV_cooperative_matrix"))
+      << s.detail();
+  // Wider heads: fewer rows per lane, smaller tiles within the 32 KiB of shared memory.
+  const Selection wide = vulkan::select_kernel(lavapipe(), kDebian12, prefill(DType::f32, 512, 512, 8, 8));
+  EXPECT_EQ(wide.variant, Variant::flash_subgroup) << wide.detail();
+  EXPECT_EQ(wide.subgroup.rpt, 1u);
+  EXPECT_EQ(wide.subgroup.bc, 8u);
+  EXPECT_EQ(wide.subgroup.shared_bytes, 32768u);
+}
+
+// On a software device a decode without GQA (one row per kv head) would busy one lane of eight:
+// the row-wise kernel there, saying why; with GQA 8 the subgroup kernel and split-KV; on a GPU
+// the subgroup kernel regardless.
+TEST(VulkanSelect, LavapipeDecodeWithoutGqaTakesTheRowwiseKernel) {
+  const Selection mha = vulkan::select_kernel(lavapipe(), kDebian12, decode(DType::f32, 4096, 16, 16));
+  EXPECT_EQ(mha.variant, Variant::flash_rowwise) << mha.detail();
+  EXPECT_NE(mha.detail().find("flash_subgroup: software device with 1 row(s) per kv head"), std::string::npos)
+      << mha.detail();
+  const Selection gqa = vulkan::select_kernel(lavapipe(), kDebian12, decode(DType::f32, 4096, 16, 2));
+  EXPECT_EQ(gqa.kernel(), "flash_subgroup+split_kv") << gqa.detail();
+  const Selection gpu = vulkan::select_kernel(h100(), kDebian12, decode(DType::f32, 4096, 16, 16));
+  EXPECT_EQ(gpu.variant, Variant::flash_subgroup) << gpu.detail();
+  KernelOverride force;
+  force.variant = Variant::flash_subgroup;
+  EXPECT_EQ(vulkan::select_kernel(lavapipe(), kDebian12, decode(DType::f32, 4096, 16, 16), force).variant,
+            Variant::flash_subgroup);
+}
+
+TEST(VulkanSelect, H100F16TakesCooperativeMatricesKhrFirst) {
+  const Selection khr = vulkan::select_kernel(h100(), kNewGlslc, prefill(DType::f16));
+  EXPECT_EQ(khr.variant, Variant::flash_coopmat_khr) << khr.detail();
+  EXPECT_EQ(khr.coop.subgroup, 32u);
+  EXPECT_EQ(khr.coop.subgroups, 4u);
+  EXPECT_EQ(khr.coop.q_rows, 64u);
+  EXPECT_EQ(khr.coop.dpad, 128u);
+  EXPECT_LE(khr.coop.shared_bytes, 49152u);
+  EXPECT_TRUE(khr.required_size);
+  EXPECT_TRUE(khr.not_taken.empty()) << khr.detail();
+  // Debian 12's glslc: the NV path, and the decision says why not KHR.
+  const Selection nv = vulkan::select_kernel(h100(), kDebian12, prefill(DType::f16));
+  EXPECT_EQ(nv.variant, Variant::flash_coopmat_nv) << nv.detail();
+  EXPECT_TRUE(
+      mentions(nv, "flash_coopmat_khr: not compiled in (this build's glslc lacks GL_KHR_cooperative_matrix"))
+      << nv.detail();
+  // A device that lists no 16x16x16 f16 -> f32 shape.
+  DeviceDesc dev = h100();
+  dev.coopmat_nv_shapes = {{16, 16, 16, MatType::f16, MatType::f16, MatType::f16, MatType::f16}};
+  const Selection none = vulkan::select_kernel(dev, kDebian12, prefill(DType::f16));
+  EXPECT_EQ(none.variant, Variant::flash_subgroup) << none.detail();
+  EXPECT_TRUE(mentions(none, "flash_coopmat_nv: the device lists no 16x16x16")) << none.detail();
+}
+
+TEST(VulkanSelect, H100SubgroupPathForF32AndBf16) {
+  for (DType t : {DType::f32, DType::bf16}) {
+    const Selection s = vulkan::select_kernel(h100(), kNewGlslc, prefill(t));
+    EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
+    EXPECT_TRUE(mentions(s, t == DType::f32 ? "f32 inputs" : "bf16 inputs")) << s.detail();
+    // The head dim is split over 4 lanes, 2 rows per team, 64 rows per workgroup, 8-key steps,
+    // tiles within half the shared memory.
+    EXPECT_EQ(s.subgroup.ds, 4u);
+    EXPECT_EQ(s.subgroup.rpt, 2u);
+    EXPECT_EQ(s.subgroup.wg, 128u);
+    EXPECT_EQ(s.subgroup.q_rows, 64u);
+    EXPECT_EQ(s.subgroup.ku, 8u);
+    EXPECT_FALSE(s.subgroup.one_subgroup);
+    EXPECT_LE(s.subgroup.shared_bytes, 49152u / 2);
+    EXPECT_EQ(s.subgroup.nsplit, 1u);
+  }
+}
+
+TEST(VulkanSelect, DecodePacksTheGqaHeadsAndSplitsTheKeys) {
+  const Selection s = vulkan::select_kernel(h100(), kNewGlslc, decode(DType::f16, 32768, 16, 2));
+  EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
+  EXPECT_TRUE(s.split_kv());
+  EXPECT_EQ(s.kernel(), "flash_subgroup+split_kv");
+  EXPECT_TRUE(mentions(s, "fewer than 16 query rows")) << s.detail();
+  EXPECT_EQ(s.subgroup.q_rows, 1u);
+  EXPECT_EQ(s.subgroup.head_rows, 8u);  // the 8 q heads of a kv head share the staged tiles
+  // 2 workgroups without splitting; 2 x 132 SMs wanted.
+  EXPECT_EQ(s.subgroup.nsplit, 64u);
+  // Lavapipe: the same packing, fewer chunks.
+  const Selection lp = vulkan::select_kernel(lavapipe(), kDebian12, decode(DType::f32, 32768, 8, 1, 64));
+  EXPECT_TRUE(lp.split_kv()) << lp.detail();
+  EXPECT_EQ(lp.subgroup.head_rows, 8u);
+  EXPECT_EQ(lp.subgroup.rpt, 1u);
+  EXPECT_EQ(lp.subgroup.nsplit, 16u);
+  // The partials must fit a buffer: a small range leaves fewer chunks.
+  ProblemShape tight = decode(DType::f32, 32768, 8, 1, 64);
+  tight.buffer_range = 8 * 66 * 4 * 4;  // 4 chunks of [8 heads, 64 + 2] f32
+  EXPECT_EQ(vulkan::select_kernel(lavapipe(), kDebian12, tight).subgroup.nsplit, 4u);
+  // Short caches are not split.
+  EXPECT_FALSE(vulkan::select_kernel(h100(), kNewGlslc, decode(DType::f16, 100, 16, 2)).split_kv());
+  // Per-head masks: one head per workgroup.
+  ProblemShape per_head = decode(DType::f16, 4096, 16, 2);
+  per_head.per_head_map = true;
+  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, per_head).subgroup.head_rows, 1u);
+}
+
+TEST(VulkanSelect, VanillaKeepsItsGemmPathUnlessDecodeOrTooLarge) {
+  ProblemShape p = prefill(DType::f32, 64, 512, 8, 8);
+  p.vanilla = true;
+  EXPECT_EQ(vulkan::select_kernel(lavapipe(), kDebian12, p).variant, Variant::vanilla_gemm);
+  p.scores_fit = false;  // no weights asked: the flash kernels compute the same function
+  Selection s = vulkan::select_kernel(lavapipe(), kDebian12, p);
+  EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
+  EXPECT_TRUE(mentions(s, "vanilla_gemm: the scores")) << s.detail();
+  ProblemShape d = decode(DType::f16, 4096, 16, 4);
+  d.vanilla = true;
+  s = vulkan::select_kernel(h100(), kNewGlslc, d);
+  EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
+  EXPECT_TRUE(s.split_kv());
+  EXPECT_TRUE(mentions(s, "vanilla_gemm: decode-shaped (Tq=1")) << s.detail();
+  d.want_weights = true;  // the weights come from the GEMM path only
+  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, d).variant, Variant::vanilla_gemm);
+}
+
+TEST(VulkanSelect, HeadDimsAndSharedMemoryLimits) {
+  // Cooperative matrices take head dims up to 256; 512 goes to the subgroup kernel.
+  const Selection big = vulkan::select_kernel(h100(), kNewGlslc, prefill(DType::f16, 512));
+  EXPECT_EQ(big.variant, Variant::flash_subgroup) << big.detail();
+  EXPECT_TRUE(mentions(big, "head dims up to 256")) << big.detail();
+  EXPECT_EQ(big.subgroup.ds, 8u);
+  EXPECT_EQ(big.subgroup.dk4 + big.subgroup.dv4, 32u);
+  // D = 256 fits 48 KiB with fewer rows per workgroup.
+  const Selection d256 = vulkan::select_kernel(h100(), kNewGlslc, prefill(DType::f16, 256));
+  EXPECT_EQ(d256.variant, Variant::flash_coopmat_khr) << d256.detail();
+  EXPECT_TRUE(d256.coop.subgroups < 4u || d256.coop.bc < 32u) << d256.detail();
+  EXPECT_LE(d256.coop.shared_bytes, 49152u);
+  // Odd head dims are padded inside the kernels.
+  const Selection odd = vulkan::select_kernel(h100(), kNewGlslc, prefill(DType::f16, 80));
+  EXPECT_EQ(odd.coop.dpad, 80u);
+  const Selection odd40 = vulkan::select_kernel(h100(), kNewGlslc, prefill(DType::f16, 40));
+  EXPECT_EQ(odd40.coop.dpad, 48u);
+  // 8 KiB of shared memory cannot hold 4 keys of D = 512: the row-wise fallback, saying why.
+  DeviceDesc small = lavapipe();
+  small.shared_memory_bytes = 8192;
+  const Selection s = vulkan::select_kernel(small, kNoCoopmat, prefill(DType::f32, 512, 64, 1, 1));
+  EXPECT_EQ(s.variant, Variant::flash_rowwise) << s.detail();
+  EXPECT_TRUE(mentions(s, "flash_subgroup: D=512, Dv=512 need")) << s.detail();
+}
+
+TEST(VulkanSelect, DevicesWithoutShufflesOrWithWideSubgroups) {
+  DeviceDesc no_shuffle = h100();
+  no_shuffle.subgroup_shuffle = false;
+  const Selection s = vulkan::select_kernel(no_shuffle, kNoCoopmat, prefill(DType::f32, 128));
+  EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
+  EXPECT_EQ(s.subgroup.ds, 1u);
+  const Selection w = vulkan::select_kernel(wave64(), kNewGlslc, prefill(DType::f16, 128));
+  EXPECT_EQ(w.variant, Variant::flash_subgroup) << w.detail();
+  EXPECT_EQ(w.subgroup.wg % 64u, 0u);  // whole subgroups of the widest size
+  EXPECT_LE(w.subgroup.ds, 32u);       // within the narrowest size
+  EXPECT_TRUE(mentions(w, "the device does not offer VK_KHR_cooperative_matrix")) << w.detail();
+}
+
+TEST(VulkanSelect, OverridesForceVariantsAndTiles) {
+  KernelOverride rowwise;
+  rowwise.variant = Variant::flash_rowwise;
+  Selection s = vulkan::select_kernel(lavapipe(), kDebian12, prefill(DType::f32, 64, 512, 8, 8), rowwise);
+  EXPECT_EQ(s.variant, Variant::flash_rowwise);
+  EXPECT_TRUE(mentions(s, "forced flash_rowwise")) << s.detail();
+  KernelOverride coop;
+  coop.variant = Variant::flash_coopmat_nv;  // lavapipe has no cooperative matrices
+  s = vulkan::select_kernel(lavapipe(), kDebian12, prefill(DType::f16, 64, 512, 8, 8), coop);
+  EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
+  EXPECT_TRUE(mentions(s, "forced flash_coopmat_nv not possible")) << s.detail();
+  const KernelOverride tiles = vulkan::parse_tiles("ds=2,rpt=1,bc=16,ku=4,rows=16,split=4");
+  EXPECT_EQ(tiles.ds, 2u);
+  EXPECT_EQ(tiles.nsplit, 4u);
+  s = vulkan::select_kernel(lavapipe(), kDebian12, prefill(DType::f32, 64, 512, 8, 8), tiles);
+  EXPECT_EQ(s.subgroup.ds, 2u);
+  EXPECT_EQ(s.subgroup.rpt, 1u);
+  EXPECT_EQ(s.subgroup.bc, 16u);
+  EXPECT_EQ(s.subgroup.ku, 4u);
+  EXPECT_EQ(s.subgroup.nsplit, 4u);
+  EXPECT_EQ(s.subgroup.wg, 32u);  // 16 rows x 2 lanes
+  EXPECT_FALSE(s.subgroup.one_subgroup);
+  EXPECT_EQ(vulkan::parse_variant("flash_subgroup"), Variant::flash_subgroup);
+  EXPECT_FALSE(vulkan::parse_variant("nope").has_value());
+}
+
+// Invariants of every choice over a sweep of devices and shapes.
+TEST(VulkanSelect, TilesAreConsistentEverywhere) {
+  for (const DeviceDesc& dev : {lavapipe(), h100(), wave64()})
+    for (const BuildCaps caps : {kNoCoopmat, kDebian12, kNewGlslc})
+      for (DType t : {DType::f32, DType::f16, DType::bf16})
+        for (std::int64_t D : {1, 40, 64, 80, 96, 112, 128, 192, 256, 512})
+          for (std::int64_t G : {1, 2, 4, 8, 16})
+            for (std::int64_t Tq : {1, 7, 300}) {
+              ProblemShape p = prefill(t, D, Tq, 16, 16 / G);
+              p.Tk = 1000;
+              const Selection s = vulkan::select_kernel(dev, caps, p);
+              SCOPED_TRACE(dev.name + " D=" + std::to_string(D) + " G=" + std::to_string(G) +
+                           " Tq=" + std::to_string(Tq) + ": " + s.kernel() + " " + s.detail());
+              if (s.variant == Variant::flash_subgroup) {
+                const auto& k = s.subgroup;
+                EXPECT_LE(k.wg, dev.max_invocations);
+                EXPECT_EQ(k.wg % dev.max_subgroup_size, 0u);
+                EXPECT_LE(static_cast<std::uint64_t>(k.q_rows) * k.head_rows,
+                          static_cast<std::uint64_t>(k.wg) / k.ds * k.rpt);
+                EXPECT_EQ(G % k.head_rows, 0);
+                EXPECT_GE(4 * k.ds * k.dk4, D);
+                EXPECT_GE(4 * k.ds * k.dv4, D);
+                EXPECT_LE(k.bc, 32u);
+                EXPECT_EQ(k.bc % k.ku, 0u);
+                EXPECT_LE(k.shared_bytes, dev.shared_memory_bytes);
+                EXPECT_GE(k.nsplit, 1u);
+              } else if (s.variant == Variant::flash_coopmat_khr || s.variant == Variant::flash_coopmat_nv) {
+                EXPECT_EQ(t, DType::f16);
+                EXPECT_LE(s.coop.shared_bytes, dev.shared_memory_bytes);
+                EXPECT_GE(s.coop.dpad, D);
+                EXPECT_EQ(G % s.coop.head_rows, 0);
+                EXPECT_LE(static_cast<std::uint64_t>(s.coop.q_rows) * s.coop.head_rows,
+                          16u * s.coop.subgroups);
+              } else if (s.variant == Variant::flash_rowwise) {
+                // Only where a software device would idle all but one lane of a subgroup.
+                EXPECT_TRUE(dev.software);
+                EXPECT_LE(Tq * G * 8, static_cast<std::int64_t>(dev.subgroup_size));
+              } else {
+                ADD_FAILURE() << "unexpected variant";
+              }
+            }
+}
+
+#if ATTNOPS_TEST_VULKAN_BUILT
+// Launch plans are data: which pipelines, in which order, over how many workgroups (built only
+// with the real backend: the plans name its pipelines).
+TEST(VulkanLaunchPlan, StepsOfEachVariant) {
+  AttentionProblem p;
+  p.B = 2;
+  p.Tq = 1;
+  p.Tk = 4096;
+  p.Hq = 16;
+  p.Hkv = 2;
+  p.D = p.Dv = 128;
+  p.dtype = DType::f16;
+  ProblemShape shape = decode(DType::f16, 4096, 16, 2);
+  shape.B = 2;
+  const Selection split = vulkan::select_kernel(h100(), kNewGlslc, shape);
+  ASSERT_TRUE(split.split_kv()) << split.detail();
+  vulkan::PushConstants base{};
+  base.nq = 1;
+  const vulkan::LaunchPlan lp = vulkan::plan_flash(p, split, base);
+  ASSERT_EQ(lp.steps.size(), 2u);
+  EXPECT_EQ(lp.steps[0].key.shader, vulkan::rt::ShaderId::flash_tiled);
+  EXPECT_EQ(lp.steps[0].key.spec[7], 1u);  // SPLIT
+  EXPECT_EQ(lp.steps[0].groups[0], split.subgroup.nsplit);
+  EXPECT_EQ(lp.steps[0].groups[1], 16u / split.subgroup.head_rows);
+  EXPECT_EQ(lp.steps[0].groups[2], 2u);
+  EXPECT_EQ(lp.steps[0].push.nsplit, static_cast<std::int32_t>(split.subgroup.nsplit));
+  EXPECT_EQ(lp.steps[1].key.shader, vulkan::rt::ShaderId::attn_merge);
+  EXPECT_EQ(lp.steps[1].groups, (std::array<std::uint32_t, 3>{1, 16, 2}));
+  EXPECT_EQ(lp.scratch_bytes, 2u * 16u * 1u * split.subgroup.nsplit * (128u + 2u) * 4u);
+
+  p.Tq = 4096;
+  const Selection coop = vulkan::select_kernel(h100(), kDebian12, prefill(DType::f16));
+  base.nq = 64;
+  const vulkan::LaunchPlan cp = vulkan::plan_flash(p, coop, base);
+  ASSERT_EQ(cp.steps.size(), 1u);
+  EXPECT_EQ(cp.steps[0].key.shader, vulkan::rt::ShaderId::flash_coopmat_nv);
+  EXPECT_EQ(cp.steps[0].key.subgroup_size, 32u);
+  EXPECT_TRUE(cp.steps[0].key.full_subgroups);
+  EXPECT_EQ(cp.steps[0].key.spec[0], 128u);  // 4 subgroups of 32
+  EXPECT_EQ(cp.scratch_bytes, 0u);
+
+  ProblemShape v = prefill(DType::f16, 128, 4096, 16, 2);
+  v.vanilla = true;
+  p.Dv = 80;
+  const Selection gemm = vulkan::select_kernel(h100(), kDebian12, v);
+  const vulkan::LaunchPlan vp = vulkan::plan_vanilla_gemm(p, gemm, base);
+  ASSERT_EQ(vp.steps.size(), 3u);
+  EXPECT_EQ(vp.steps[0].key.shader, vulkan::rt::ShaderId::vanilla_scores);
+  EXPECT_EQ(vp.steps[1].key.shader, vulkan::rt::ShaderId::vanilla_softmax);
+  EXPECT_EQ(vp.steps[2].key.shader, vulkan::rt::ShaderId::vanilla_pv);
+  EXPECT_EQ(vp.steps[2].groups[0], 64u * 3u);  // q blocks x column blocks of 32 (Dv = 80)
+  EXPECT_EQ(vp.scratch_bytes, 2u * 16u * 4096u * 4096u * 4u);
+}
+#endif
+
+// The description read from the device this machine has (lavapipe in CI).
+using VulkanDeviceDesc = VulkanTest;
+TEST_F(VulkanDeviceDesc, DescribesTheSelectedDevice) {
+  const DeviceDesc d = vulkan::debug::device_desc(software_ok());
+  EXPECT_FALSE(d.name.empty());
+  EXPECT_GT(d.subgroup_size, 0u);
+  EXPECT_LE(d.min_subgroup_size, d.subgroup_size);
+  EXPECT_GE(d.max_subgroup_size, d.subgroup_size);
+  EXPECT_GT(d.shared_memory_bytes, 0u);
+  EXPECT_GT(d.max_invocations, 0u);
+  if (d.software) {  // lavapipe (Mesa 22.3): 8 lanes, 32 KiB, no cooperative matrices
+    EXPECT_FALSE(d.coopmat_khr || d.coopmat_nv) << d.name;
+    EXPECT_TRUE(d.coopmat_khr_shapes.empty() && d.coopmat_nv_shapes.empty());
+  }
+  EXPECT_EQ(vulkan::build_caps().coopmat_nv, ATTNOPS_TEST_COOPMAT_NV != 0);
+}
+
+}  // namespace
+}  // namespace attnops::testing
