@@ -1,6 +1,7 @@
 // Prefill attention speed through the public API, against an SGEMM ceiling in the same binary.
 //
-//   bench_attention --benchmark_filter=Sgemm          Eigen SGEMM 2048^3 (the ceiling proxy)
+//   bench_attention --benchmark_filter=Sgemm          Eigen SGEMM 2048^3 (the ceiling proxy; the
+//                                                     best ISA copy, cli/sgemm.h)
 //   bench_attention --benchmark_filter=Attention/     ops x backends x shapes (see below)
 //   bench_attention --benchmark_filter=BlockSizes/    flash_attn2 cpu, T=2048 D=128, bq x bk grid
 //
@@ -8,7 +9,7 @@
 // through attnops::registry().get(op, metadata) with metadata.backends = {backend} and the
 // operator's own fallbacks switched off, so the timed work is that operator's kernel on that
 // backend, validation and output allocation included (what a user gets); the label says which
-// operator and backend really ran.
+// operator, backend and kernel variant (the cpu ISA tier; ATTNOPS_CPU_ISA caps it) really ran.
 //
 // Counter GFLOPs_visible: 4 * B * Hq * D * visible_pairs / time (2 flops per multiply-add, two
 // products q.k and p.v, D == Dv), where visible_pairs counts only the (i, j) pairs the mask lets
@@ -22,15 +23,8 @@
 // T=2048 for reference; native (scalar, slow) only at B=1 H=4 T=256 D=64.
 #include <omp.h>
 
-// GCC 12 warns "'__Y' may be used uninitialized" inside its own AVX-512 intrinsics as Eigen's
-// GEMM inlines them (GCC bug 105593); the warning is about the compiler's header, not this code.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
 #include <benchmark/benchmark.h>
 
-#include <Eigen/Dense>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -69,7 +63,10 @@ void run_attention(benchmark::State& state, const std::string& op, Backend backe
   for (auto _ : state) {
     attnops::AttentionOutput out = attn(q, k, v, o);
     benchmark::DoNotOptimize(out.attention_outputs.data());
-    if (ran.empty()) ran = out.decision.op + "/" + std::string(attnops::backend_name(out.decision.backend));
+    if (ran.empty()) {  // operator/backend/kernel that ran, e.g. flash_attn2/cpu/avx512bf16
+      ran = out.decision.op + "/" + std::string(attnops::backend_name(out.decision.backend));
+      if (!out.decision.run.kernel.empty()) ran += "/" + out.decision.run.kernel;
+    }
   }
   const double T = static_cast<double>(s.T);
   const double visible_pairs = causal ? T * (T + 1) / 2 : T * T;

@@ -1,7 +1,8 @@
 // Backward (training) speed and memory through the public API, against an SGEMM ceiling and
 // the forward measured in the same binary.
 //
-//   bench_backward --benchmark_filter=Sgemm               Eigen SGEMM 2048^3 (the ceiling proxy)
+//   bench_backward --benchmark_filter=Sgemm               Eigen SGEMM 2048^3 (the ceiling proxy; the
+//                                                         best ISA copy, cli/sgemm.h)
 //   bench_backward --benchmark_filter='Forward/|Backward/'  forward and backward of the same calls
 //   bench_backward --benchmark_filter=BackwardMemory      peak memory of one large causal backward
 //
@@ -65,6 +66,13 @@ double forward_gflop(Shape s, bool causal) {
   return 4.0 * static_cast<double>(s.B * s.H * s.D) * pairs * 1e-9;
 }
 
+// operator/backend/kernel that ran, e.g. flash_attn2/cpu/avx512bf16 (the cpu ISA tier).
+std::string label(const attnops::DispatchDecision& d) {
+  std::string r = d.op + "/" + std::string(attnops::backend_name(d.backend));
+  if (!d.run.kernel.empty()) r += "/" + d.run.kernel;
+  return r;
+}
+
 void run_pass(benchmark::State& state, const std::string& op, Backend backend, DType dt, bool causal, Shape s,
               bool backward) {
   const Tensor q = filled(dt, {s.B, s.T, s.H, s.D}, 1), k = filled(dt, {s.B, s.T, s.H, s.D}, 2),
@@ -80,14 +88,14 @@ void run_pass(benchmark::State& state, const std::string& op, Backend backend, D
     for (auto _ : state) {
       attnops::AttentionGradients g = attn.backward(q, k, v, fwd, dout, o);
       benchmark::DoNotOptimize(g.dq.data());
-      if (ran.empty()) ran = g.decision.op + "/" + std::string(attnops::backend_name(g.decision.backend));
+      if (ran.empty()) ran = label(g.decision);
     }
   } else {
     attn(q, k, v, o);  // warm-up
     for (auto _ : state) {
       attnops::AttentionOutput out = attn(q, k, v, o);
       benchmark::DoNotOptimize(out.attention_outputs.data());
-      if (ran.empty()) ran = out.decision.op + "/" + std::string(attnops::backend_name(out.decision.backend));
+      if (ran.empty()) ran = label(out.decision);
     }
   }
   state.counters["GFLOPs_visible"] = benchmark::Counter((backward ? 2.5 : 1.0) * forward_gflop(s, causal),

@@ -1,12 +1,13 @@
 // `attnops bench`: a sweep of operators x backends x shapes x dtypes x causal, timed on this
-// machine, with an Eigen SGEMM row measured in the same run as the yardstick.
+// machine, with an Eigen SGEMM row measured in the same run as the yardstick (its best ISA copy
+// for this CPU, named in the row: cli/sgemm.h).
 //
-// Each row: the operator asked for and the one that ran, the backend actually used (from the
-// decision), the median time over --repeats samples (each the mean of enough calls to last
-// >= 20 ms), GFLOP/s and the max error against the fp64 oracle on a small verification run of
-// the same configuration (same operator, backend, dtype, mask, heads and head_dim; sequence
-// lengths cut to <= 256, keeping Tq == 1 and Tq % 128 != 0 as they were so that the same
-// fallbacks apply).
+// Each row: the operator asked for and the one that ran, the backend actually used and the
+// kernel variant inside it (from the decision: the cpu ISA tier, e.g. avx512bf16), the median
+// time over --repeats samples (each the mean of enough calls to last >= 20 ms), GFLOP/s and the
+// max error against the fp64 oracle on a small verification run of the same configuration (same
+// operator, backend, dtype, mask, heads and head_dim; sequence lengths cut to <= 256, keeping
+// Tq == 1 and Tq % 128 != 0 as they were so that the same fallbacks apply).
 //
 // GFLOP/s = 2 * (D + Dv) * B * Hq * (visible (q, k) pairs) / time: 4*B*Hq*Tq*Tk*D for a dense
 // mask, only the visible pairs for causal (about half), as the benchmarks of flash attention do.
@@ -209,7 +210,7 @@ void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmRes
     const std::string shape = std::to_string(sgemm.n) + "^3";
     std::snprintf(line, sizeof line,
                   "%-12s %-12s %-12s %-7s %-23s %-22s %-5s %-6s %-4s %10.3f %9.1f %10s %9s %8.2f %9s  %s\n",
-                  "eigen_sgemm", "-", "sgemm", "cpu", "eigen", shape.c_str(), "f32", "-", "-",
+                  "eigen_sgemm", "-", "sgemm", "cpu", sgemm.isa.c_str(), shape.c_str(), "f32", "-", "-",
                   sgemm.median_ms, sgemm.gflops, "-", "-", 1.0, "-", "");
     out << line;
   }
@@ -245,8 +246,8 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Sgem
        "median_ms,gflops,kernel_ms,kernel_gflops,vs_sgemm,max_err,reasons,error\n";
   auto num = [](double v) { return std::isfinite(v) ? fmt("%.6g", v) : std::string(); };
   if (sgemm.n > 0)
-    f << "eigen_sgemm,,sgemm,cpu,eigen,,,,,," << sgemm.n << ",f32,,," << num(sgemm.median_ms) << ","
-      << num(sgemm.gflops) << ",,,1,,,\n";
+    f << "eigen_sgemm,,sgemm,cpu," << sgemm.isa << ",,,,,," << sgemm.n << ",f32,,," << num(sgemm.median_ms)
+      << "," << num(sgemm.gflops) << ",,,1,,,\n";
   for (const Row& r : rows)
     f << r.op << "," << r.backend_requested << "," << r.ran << "," << r.backend << "," << r.kernel << ","
       << r.shape.B << "," << r.shape.Hq << "," << r.shape.Hkv << "," << r.shape.Tq << "," << r.shape.Tk << ","
@@ -260,7 +261,9 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Sgem
 void write_json(const std::string& path, const std::vector<Row>& rows, const SgemmResult& sgemm) {
   nlohmann::json j;
   j["flops_convention"] = kFlopsNote;
-  if (sgemm.n > 0) j["sgemm"] = {{"n", sgemm.n}, {"median_ms", sgemm.median_ms}, {"gflops", sgemm.gflops}};
+  if (sgemm.n > 0)
+    j["sgemm"] = {
+        {"n", sgemm.n}, {"median_ms", sgemm.median_ms}, {"gflops", sgemm.gflops}, {"isa", sgemm.isa}};
   auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   j["rows"] = nlohmann::json::array();
   for (const Row& r : rows)
@@ -322,7 +325,8 @@ void plot_rows(const std::string& path, const std::vector<Row>& rows, const Sgem
       series_index[key] = spec.series.size();
       spec.series.push_back({key, {}});
     }
-    if (!r.backend.empty()) ran_on[key].insert(r.ran + "@" + r.backend);
+    if (!r.backend.empty())
+      ran_on[key].insert(r.ran + "@" + r.backend + (r.kernel.empty() ? "" : "/" + r.kernel));
   }
   for (auto& s : spec.series) {
     s.values.assign(spec.categories.size(), NAN);
@@ -335,7 +339,9 @@ void plot_rows(const std::string& path, const std::vector<Row>& rows, const Sgem
   }
   for (const Row& r : rows)
     spec.series[series_index[series_of(r)]].values[category_index[category_of(r)]] = r.gflops;
-  if (sgemm.n > 0) spec.hlines.emplace_back("Eigen SGEMM " + std::to_string(sgemm.n) + "^3", sgemm.gflops);
+  if (sgemm.n > 0)
+    spec.hlines.emplace_back("Eigen SGEMM " + std::to_string(sgemm.n) + "^3 (" + sgemm.isa + ")",
+                             sgemm.gflops);
   write_plot(spec, path);
 }
 

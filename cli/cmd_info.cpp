@@ -1,7 +1,8 @@
 // `attnops info`: what this host can run. For every registered operator and every backend:
-// whether the dispatcher would try it, in which order, and why not; then the CPU's ISA and the
-// Vulkan devices the loader reports, with the limits attnops relies on and whether each
-// qualifies under the current settings.
+// whether the dispatcher would try it, in which order, and why not; then the CPU's ISA, the ISA
+// tier the cpu backend's kernels run (and why: what was detected, what the next tier lacks,
+// ATTNOPS_CPU_ISA's cap), and the Vulkan devices the loader reports, with the limits attnops
+// relies on and whether each qualifies under the current settings.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -100,7 +101,12 @@ int info(const InfoArgs& a) {
                 {"fma", cpu.fma},
                 {"f16c", cpu.f16c},
                 {"avx512f", cpu.avx512f},
-                {"avx512bf16", cpu.avx512bf16}};
+                {"avx512bf16", cpu.avx512bf16},
+                {"amx_tile", cpu.amx_tile},
+                {"amx_bf16", cpu.amx_bf16},
+                {"tier", cpu.cpu_tier},
+                {"tier_detected", cpu.cpu_tier_detected},
+                {"tier_detail", cpu.cpu_tier_detail}};
     j["gpu_devices"] = nlohmann::json::array();
     for (const auto& d : gpus)
       j["gpu_devices"].push_back({{"index", d.index},
@@ -132,6 +138,7 @@ int info(const InfoArgs& a) {
 
   std::cout << "CPU: " << (cpu.isa_summary.empty() ? "(no SIMD extensions detected)" : cpu.isa_summary)
             << ", " << cpu.threads << " OpenMP threads\n";
+  std::cout << "CPU kernels: ISA tier " << cpu.cpu_tier << " (" << cpu.cpu_tier_detail << ")\n";
   std::cout << "Vulkan devices (allow_software=" << yes(md.gpu.allow_software)
             << (md.gpu.device.empty() ? "" : ", device=" + md.gpu.device) << "): " << gpus.size() << "\n";
   for (const auto& d : gpus) {

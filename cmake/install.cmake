@@ -22,7 +22,7 @@ endif()
 install(EXPORT attnopsTargets NAMESPACE attnops:: DESTINATION ${ATTNOPS_CMAKE_DIR})
 
 # What a consumer must find for the link interface: a static library drags its private
-# dependencies along (OpenMP, yaml-cpp, Eigen's target, Vulkan when the backend is built); a
+# dependencies along (OpenMP, yaml-cpp, Vulkan when the backend is built); a
 # shared one does not.
 get_target_property(_attnops_type attnops TYPE)
 get_target_property(_attnops_links attnops LINK_LIBRARIES)
@@ -47,7 +47,7 @@ install(FILES ${CMAKE_CURRENT_BINARY_DIR}/attnopsConfig.cmake ${CMAKE_CURRENT_BI
 # right when `cmake --install --prefix` puts the tree somewhere else.
 file(RELATIVE_PATH ATTNOPS_PC_TO_PREFIX /__prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /__prefix)
 string(REGEX REPLACE "/$" "" ATTNOPS_PC_TO_PREFIX "${ATTNOPS_PC_TO_PREFIX}")
-set(ATTNOPS_PC_REQUIRES_PRIVATE "yaml-cpp eigen3")
+set(ATTNOPS_PC_REQUIRES_PRIVATE "yaml-cpp")
 if(ATTNOPS_NEEDS_VULKAN)
   string(APPEND ATTNOPS_PC_REQUIRES_PRIVATE " vulkan")
 endif()

@@ -2,6 +2,7 @@
 #include <omp.h>
 
 #include "attnops/host.h"
+#include "backends/cpu/isa.h"
 #include "backends/vulkan/vulkan_backend.h"
 #include "registry/cost_rates.h"
 
@@ -12,19 +13,20 @@ namespace {
 class SystemHost final : public Host {
  public:
   CpuInfo cpu() const override {
+    const cpu::IsaDetection& d = cpu::detect_isa();
     CpuInfo c;
-    __builtin_cpu_init();
-    c.avx2 = __builtin_cpu_supports("avx2");
-    c.fma = __builtin_cpu_supports("fma");
-    c.avx512f = __builtin_cpu_supports("avx512f");
-    c.avx512bf16 = __builtin_cpu_supports("avx512bf16");
-    c.f16c = c.avx2;  // every x86 CPU with AVX2 has F16C; __builtin_cpu_supports has no "f16c" in gcc 12
-    for (auto [on, n] : {std::pair{c.avx512f, "avx512f"}, std::pair{c.avx512bf16, "avx512bf16"},
-                         std::pair{c.avx2, "avx2"}, std::pair{c.fma, "fma"}, std::pair{c.f16c, "f16c"}})
-      if (on) {
-        if (!c.isa_summary.empty()) c.isa_summary += ' ';
-        c.isa_summary += n;
-      }
+    c.avx2 = d.cpu.avx2;
+    c.fma = d.cpu.fma;
+    c.f16c = d.cpu.f16c;
+    c.avx512f = d.cpu.avx512f;
+    c.avx512bf16 = d.cpu.avx512bf16;
+    c.amx_tile = d.cpu.amx_tile;
+    c.amx_bf16 = d.cpu.amx_bf16;
+    c.isa_summary = d.cpu.summary();
+    const cpu::IsaChoice choice = cpu::choose_isa();  // reads ATTNOPS_CPU_ISA now
+    c.cpu_tier = std::string(cpu::isa_name(choice.tier));
+    c.cpu_tier_detected = std::string(cpu::isa_name(choice.detected));
+    c.cpu_tier_detail = choice.detail;
     c.threads = omp_get_max_threads();
     return c;
   }
@@ -36,7 +38,8 @@ class SystemHost final : public Host {
   Availability availability(Backend backend, const GpuSettings& settings) const override {
     switch (backend) {
       case Backend::native: return {true, "portable C++"};
-      case Backend::cpu: return {true, "Eigen + OpenMP"};
+      case Backend::cpu:
+        return {true, "OpenMP + SIMD kernels, ISA tier " + std::string(cpu::isa_name(cpu::choose_isa().tier))};
       case Backend::gpu: return vulkan::availability(settings);
       case Backend::tpu: return {false, "no TPU runtime exists on this host (attnops has no PJRT/libtpu backend)"};
     }

@@ -8,12 +8,21 @@
 //    not computed);
 //  - the sink joins the denominator only: a sink of +inf takes all the mass (output 0, lse as
 //    without the sink), a NaN sink makes the output NaN.
+//
+// Included by baseline code (namespace attnops::policy) and by the CPU's per-tier kernel sources
+// (backends/cpu/README.md), where it lands in the tier's namespace, attnops::cpu::<tier>::policy:
+// its templates are then private to each tier's objects, never link-once code shared between an
+// AVX-512 object and a baseline caller. Code inside either namespace writes `policy::...`.
 #pragma once
 
 #include <cmath>
 #include <limits>
 
+#if defined(ATTNOPS_TIER_NS)
+namespace attnops::cpu::ATTNOPS_TIER_NS::policy {
+#else
 namespace attnops::policy {
+#endif
 
 // max(a, b) that returns NaN when either is NaN (std::max and vmaxps drop a NaN operand).
 template <class T>
@@ -45,4 +54,4 @@ inline T row_lse(T m, T l) {
   return l == T(0) ? -std::numeric_limits<T>::infinity() : m + std::log(l);
 }
 
-}  // namespace attnops::policy
+}  // namespace attnops::policy (or the tier's policy namespace)

@@ -1,5 +1,7 @@
-// FlashAttention-2 backward on the CPU, deterministic: Splash attention's split into a dq kernel
-// and a dk/dv kernel, each owning what it writes, so no reduction depends on the schedule.
+// Per-tier source (compiled once per ISA tier, see README.md; chosen at run time by
+// cpu_dispatch.cpp, which validates the call): FlashAttention-2 backward on the CPU, deterministic: Splash
+// attention's split into a dq kernel and a dk/dv kernel, each owning what it writes, so no reduction depends
+// on the schedule.
 //
 // Per query row i (after the forward, whose out and lse are the residuals):
 //   Delta_i = rowsum(dout_i * out_i)          lz_i = lse_i, or logaddexp(lse_i, sink_h) with sinks
@@ -28,25 +30,23 @@
 //
 // Memory beyond inputs and gradients: Delta and lz [B, Hq, Tq] f32, the column index of the map,
 // and per-thread scratch of O((bq + bk) x (D + Dv) + bq x bk) floats: nothing of O(T^2).
-#include "backends/cpu/tiled_backward.h"
-
+// The products run on micro_kernels.h, the forward's micro-kernels (S^T = K Q^T is its gemm_micro,
+// the gradient updates its accumulating scaled_acc).
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <limits>
-#include <memory>
-#include <new>
-#include <string>
 #include <vector>
 
-#include "attnops/error.h"
+#include "attnops/backward.h"
 #include "backends/common/block_map_impl.h"
-#include "backends/cpu/micro16.h"
+#include "backends/cpu/aligned.h"
+#include "backends/cpu/micro_kernels.h"
 #include "backends/cpu/simd16.h"
+#include "backends/cpu/tier_entry.h"
 
-namespace attnops::cpu {
+namespace attnops::cpu::ATTNOPS_TIER_NS {
 namespace {
 
 using simd::Mask16;
@@ -54,7 +54,6 @@ using simd::V16;
 using i64 = std::int64_t;
 
 using micro::acc_panel;
-using micro::kDot;
 using micro::kMaxNC;
 using micro::kMaxR;
 constexpr float kInf = std::numeric_limits<float>::infinity();
@@ -65,18 +64,19 @@ i64 round_up(i64 x, i64 m) {
 
 // ---- scratch and small helpers ---------------------------------------------------------------
 
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
 template <class T>
-using Buf = std::unique_ptr<T[], FreeDeleter>;
-template <class T>
-Buf<T> aligned_array(i64 n) {
-  const auto bytes =
-      static_cast<std::size_t>(round_up(std::max<i64>(n, 1) * static_cast<i64>(sizeof(T)), 64));
-  void* p = std::aligned_alloc(64, bytes);
-  if (!p) throw std::bad_alloc();
-  return Buf<T>(static_cast<T*>(p));
+using Buf = AlignedArray<T>;
+
+// c[r][16n + l] = sum_k a[r * lda + k] * bt[k * ldb + 16n + l] (the forward's gemm_micro).
+inline void dot_tile(int R, int NC, const float* bt, i64 ldb, const float* a, i64 lda, i64 n, float* c,
+                     i64 ldc) {
+  micro::kGemm<false>[R - 1][NC - 1](a, lda, bt, ldb, n, c, ldc);
+}
+
+// The smallest and largest of the n >= 1 segment ids at `ids`.
+inline void id_range(const std::int32_t* ids, i64 n, std::int32_t& lo, std::int32_t& hi) {
+  lo = hi = ids[0];
+  for (i64 i = 1; i < n; ++i) lo = std::min(lo, ids[i]), hi = std::max(hi, ids[i]);
 }
 
 // Per-thread scratch for both kinds of task; sizes from the block and head dims only.
@@ -200,16 +200,16 @@ void Backward::dq_task(Scratch& s, i64 b, i64 h, i64 qb) const {
   if (seg) {
     const std::int32_t* sq = p.seg_q + b * Tq + i0;
     for (i64 r = 0; r < lanes; ++r) s.segq[static_cast<std::size_t>(r)] = sq[std::min(r, nr - 1)];
-    const auto [lo, hi] = std::minmax_element(sq, sq + nr);
-    qseg_lo = *lo, qseg_hi = *hi;
+    id_range(sq, nr, qseg_lo, qseg_hi);
   }
   const V16 capv = simd::set1(capf), inv_capv = simd::set1(1.f / capf), one = simd::set1(1.f);
 
   for (const BlockMap::Block& blk : map.row(h, qb)) {
     const i64 j0 = static_cast<i64>(blk.kv) * bk, nc = std::min(bk, Tk - j0);
     if (seg) {
-      const auto [lo, hi] = std::minmax_element(segkv + j0, segkv + j0 + nc);
-      if (*hi < qseg_lo || *lo > qseg_hi) continue;
+      std::int32_t lo, hi;
+      id_range(segkv + j0, nc, lo, hi);
+      if (hi < qseg_lo || lo > qseg_hi) continue;
     }
     const float *kt, *vt;
     i64 ldk, ldv;
@@ -246,8 +246,8 @@ void Backward::dq_task(Scratch& s, i64 b, i64 h, i64 qb) const {
             for (int v = 0; v < NC; ++v) any |= bits16(map.partial_col(blk.partial, c0 + r), (n0 + v) * 16);
           if (!any) continue;
         }
-        kDot[R - 1][NC - 1](qt + n0 * 16, bqp, kt + c0 * ldk, ldk, D, st + c0 * bqp + n0 * 16, bqp);
-        kDot[R - 1][NC - 1](ot + n0 * 16, bqp, vt + c0 * ldv, ldv, Dv, dpt + c0 * bqp + n0 * 16, bqp);
+        dot_tile(R, NC, qt + n0 * 16, bqp, kt + c0 * ldk, ldk, D, st + c0 * bqp + n0 * 16, bqp);
+        dot_tile(R, NC, ot + n0 * 16, bqp, vt + c0 * ldv, ldv, Dv, dpt + c0 * bqp + n0 * 16, bqp);
       }
 
       // dS^T = P^T * (dP^T - Delta) [* (1 - tanh^2)], 0 where masked; overwrites S^T.
@@ -275,7 +275,7 @@ void Backward::dq_task(Scratch& s, i64 b, i64 h, i64 qb) const {
       }
 
       // dQ^T[d] += sum_c K[c][d] * dS^T[c] over the chunk's keys.
-      acc_panel(st + c_lo * bqp + n0 * 16, bqp, kt + c_lo * ldk, ldk, c_hi - c_lo, dqt + n0 * 16, bqp, D, NC);
+      acc_panel(kt + c_lo * ldk, ldk, st + c_lo * bqp + n0 * 16, bqp, c_hi - c_lo, dqt + n0 * 16, bqp, D, NC);
     }
   }
 
@@ -307,8 +307,7 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
   if (seg) {
     const std::int32_t* sk = p.seg_kv + b * Tk + j0;
     for (i64 c = 0; c < klanes; ++c) s.segk[static_cast<std::size_t>(c)] = sk[std::min(c, nc - 1)];
-    const auto [lo, hi] = std::minmax_element(sk, sk + nc);
-    kseg_lo = *lo, kseg_hi = *hi;
+    id_range(sk, nc, kseg_lo, kseg_hi);
   }
   const V16 capv = simd::set1(capf), inv_capv = simd::set1(1.f / capf), one = simd::set1(1.f);
   float* dbias = g.dbias ? g.dbias->data_as<float>() : nullptr;
@@ -322,8 +321,9 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
       const bool partial = cb.partial >= 0;
       if (seg) {
         const std::int32_t* sq = p.seg_q + b * Tq + i0;
-        const auto [lo, hi] = std::minmax_element(sq, sq + nr);
-        if (*hi < kseg_lo || *lo > kseg_hi) continue;
+        std::int32_t lo, hi;
+        id_range(sq, nr, lo, hi);
+        if (hi < kseg_lo || lo > kseg_hi) continue;
       }
       const float *qr, *orow;
       i64 ldq, ldo;
@@ -365,8 +365,8 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
             for (int r = 0; r < R; ++r) any |= map.partial_row(cb.partial, r0 + r)[n0 >> 2] & keys;
             if (!any) continue;
           }
-          kDot[R - 1][NC - 1](kt + n0 * 16, bkp, qr + r0 * ldq, ldq, D, sp + r0 * bkp + n0 * 16, bkp);
-          kDot[R - 1][NC - 1](vt + n0 * 16, bkp, orow + r0 * ldo, ldo, Dv, dp + r0 * bkp + n0 * 16, bkp);
+          dot_tile(R, NC, kt + n0 * 16, bkp, qr + r0 * ldq, ldq, D, sp + r0 * bkp + n0 * 16, bkp);
+          dot_tile(R, NC, vt + n0 * 16, bkp, orow + r0 * ldo, ldo, Dv, dp + r0 * bkp + n0 * 16, bkp);
         }
 
         // P (into S) and dS (into dP), 0 where masked; dbias += P * (dP - Delta).
@@ -407,8 +407,8 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
 
         // dV^T[e] += sum_r dO[r][e] * P[r];  dK^T[d] += sum_r Q[r][d] * dS[r]  (rows [r_lo, r_hi)).
         const i64 nrows = r_hi - r_lo;
-        acc_panel(sp + r_lo * bkp + n0 * 16, bkp, orow + r_lo * ldo, ldo, nrows, dvt + n0 * 16, bkp, Dv, NC);
-        acc_panel(dp + r_lo * bkp + n0 * 16, bkp, qr + r_lo * ldq, ldq, nrows, dkt + n0 * 16, bkp, D, NC);
+        acc_panel(orow + r_lo * ldo, ldo, sp + r_lo * bkp + n0 * 16, bkp, nrows, dvt + n0 * 16, bkp, Dv, NC);
+        acc_panel(qr + r_lo * ldq, ldq, dp + r_lo * bkp + n0 * 16, bkp, nrows, dkt + n0 * 16, bkp, D, NC);
       }
     }
   }
@@ -468,39 +468,35 @@ void row_statistics(const BackwardProblem& bp, std::vector<Scratch>& scratch, in
 
 }  // namespace
 
-void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads) {
+const char* tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads) {
   const AttentionProblem& p = bp.fwd;
-  if (map.Tq != p.Tq || map.Tk != p.Tk || (map.heads != 1 && map.heads != p.Hq))
-    throw Error(ErrorCode::shape_mismatch,
-                "cpu tiled_backward: block map built for Tq=" + std::to_string(map.Tq) +
-                    " Tk=" + std::to_string(map.Tk) + " heads=" + std::to_string(map.heads) +
-                    ", expected Tq=" + std::to_string(p.Tq) + " Tk=" + std::to_string(p.Tk) + " heads=1 or " +
-                    std::to_string(p.Hq));
-  if (!is_float(p.dtype))
-    throw Error(
-        ErrorCode::unsupported_dtype,
-        "cpu tiled_backward: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
-  if (p.B == 0 || p.Tq == 0 || p.Tk == 0) return;  // nothing visible: the zero-filled buffers are the answer
+  static constexpr const char* kDetail = "f32 micro-kernels (dq pass + dk/dv pass)";
+  if (p.B == 0 || p.Tq == 0 || p.Tk == 0)
+    return kDetail;  // nothing visible: the zero-filled buffers are the answer
   const i64 bq = map.bq, bk = map.bk, bqp = round_up(bq, 16), bkp = round_up(bk, 16);
 
   // Column index of the map: for each (head copy, kv block), its non-empty tiles by q block.
-  std::vector<i64> col_start(static_cast<std::size_t>(map.heads * map.nk + 1), 0);
+  // (Aligned arrays, not std::vector<i64>: link-once instances of std templates over plain types
+  // would be shared with other objects, aligned.h.)
+  const i64 ncols = map.heads * map.nk;
+  const Buf<i64> col_start = aligned_array<i64>(ncols + 1);
+  std::fill(col_start.get(), col_start.get() + ncols + 1, i64{0});
   std::vector<ColBlock> col(static_cast<std::size_t>(map.num_blocks()));
   for (i64 hh = 0; hh < map.heads; ++hh)
     for (i64 qb = 0; qb < map.nq; ++qb)
-      for (const BlockMap::Block& blk : map.row(hh, qb))
-        ++col_start[static_cast<std::size_t>(hh * map.nk + blk.kv + 1)];
-  for (std::size_t i = 1; i < col_start.size(); ++i) col_start[i] += col_start[i - 1];
+      for (const BlockMap::Block& blk : map.row(hh, qb)) ++col_start[hh * map.nk + blk.kv + 1];
+  for (i64 i = 1; i <= ncols; ++i) col_start[i] += col_start[i - 1];
   {
-    std::vector<i64> fill(col_start.begin(), col_start.end() - 1);
+    const Buf<i64> fill = aligned_array<i64>(ncols);
+    std::copy(col_start.get(), col_start.get() + ncols, fill.get());
     for (i64 hh = 0; hh < map.heads; ++hh)
       for (i64 qb = 0; qb < map.nq; ++qb)
         for (const BlockMap::Block& blk : map.row(hh, qb))
-          col[static_cast<std::size_t>(fill[static_cast<std::size_t>(hh * map.nk + blk.kv)]++)] = {
-              static_cast<std::int32_t>(qb), blk.partial};
+          col[static_cast<std::size_t>(fill[hh * map.nk + blk.kv]++)] = {static_cast<std::int32_t>(qb),
+                                                                         blk.partial};
   }
   const auto column_size = [&](i64 h, i64 kb) {
-    const auto cr = static_cast<std::size_t>(map.head_copy(h) * map.nk + kb);
+    const i64 cr = map.head_copy(h) * map.nk + kb;
     return col_start[cr + 1] - col_start[cr];
   };
 
@@ -532,23 +528,24 @@ void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuff
       }
   std::stable_sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) { return x.cost > y.cost; });
 
-  int nt = p.num_threads > 0 ? p.num_threads : omp_get_max_threads();
+  int nt = std::clamp(p.num_threads > 0 ? p.num_threads : omp_get_max_threads(), 1, max_worker_threads());
   nt = static_cast<int>(std::clamp<i64>(std::max<i64>(static_cast<i64>(tasks.size()), p.B * p.Hq), 1, nt));
   std::vector<Scratch> scratch;  // allocated before the parallel regions: a failure throws here
   scratch.reserve(static_cast<std::size_t>(nt));
   for (int t = 0; t < nt; ++t) scratch.emplace_back(bq, bk, bqp, bkp, p.D, p.Dv, p.dtype != DType::f32);
 
-  std::vector<float> lz(static_cast<std::size_t>(p.B * p.Hq * p.Tq)), di(lz.size());
-  row_statistics(bp, scratch, nt, lz.data(), di.data(), grads);
+  const i64 nrows = p.B * p.Hq * p.Tq;
+  const Buf<float> lz = aligned_array<float>(nrows), di = aligned_array<float>(nrows);
+  row_statistics(bp, scratch, nt, lz.get(), di.get(), grads);
 
   const bool cap = p.soft_cap.has_value();
   const Backward k{bp,
                    p,
                    map,
                    grads,
-                   lz.data(),
-                   di.data(),
-                   col_start.data(),
+                   lz.get(),
+                   di.get(),
+                   col_start.get(),
                    col.data(),
                    bq,
                    bk,
@@ -576,6 +573,7 @@ void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuff
         for (i64 kvh = h0; kvh < h1; ++kvh) k.dkv_unit(s, b, kvh, task.blk);
     }
   }
+  return kDetail;
 }
 
-}  // namespace attnops::cpu
+}  // namespace attnops::cpu::ATTNOPS_TIER_NS

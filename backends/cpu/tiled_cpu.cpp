@@ -1,5 +1,6 @@
-// Fast tiled attention on the CPU: FlashAttention-2's algorithm (see tiled_native.cpp for the
-// plain statement) with the data laid out so that every inner loop is a vector loop.
+// Per-tier source (compiled once per ISA tier, see README.md): fast tiled attention on the CPU,
+// FlashAttention-2's algorithm (see tiled_native.cpp for the plain statement) with the data laid
+// out so that every inner loop is a vector loop.
 //
 // Transposed formulation. The 16 lanes of a vector run over query rows, not over keys:
 //   Q^T  [D][bqp]    the q block, transposed and pre-scaled, once per task (bqp = bq rounded to 16)
@@ -12,393 +13,392 @@
 // of a vector, so there is no horizontal reduction anywhere (results are bitwise independent
 // of the thread count: each query row is computed by one thread in a fixed order).
 //
-// Micro-kernels keep R x NC accumulators in registers (R keys or value columns, NC vectors of
-// 16 query rows; at most 6 x 4 = 24 zmm). f32 K/V are read in place with their strides; f16 /
-// bf16 tiles are widened to fp32 once per tile into per-thread scratch.
+// Three paths share the tiling, the masks and the online softmax (Path below):
+//   f32       every tier; f16 / bf16 K/V tiles widened to fp32 once per tile (micro_kernels.h)
+//   bf16_dot  avx512bf16 and up, bf16 inputs: q.k and p.v on VDPBF16PS with pairs along d and
+//             along keys (tiled_bf16.h); P is rounded to bf16 for p.v, m, l and O stay fp32
+//   amx       amx tier, bf16 inputs: the same pair layouts as AMX tiles (tiled_amx.h)
 //
 // Parallelism: OpenMP over tasks (batch, q head, q block), sorted by their number of kv blocks
 // (largest first) and handed out dynamically, which balances causal and windowed work. Scratch
 // is allocated once per thread per call and is O(block sizes x head dims): no S x S buffer.
-#include "backends/cpu/tiled_cpu.h"
-
 #include <omp.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdlib>
 #include <limits>
 #include <memory>
 #include <new>
-#include <string>
 #include <vector>
 
-#include "attnops/error.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/common/softmax_policy.h"
-#include "backends/common/threads.h"
+#include "backends/cpu/micro_kernels.h"
 #include "backends/cpu/simd16.h"
+#include "backends/cpu/tier_entry.h"
+#include "backends/cpu/tiled_common.h"
+#if ATTNOPS_TIER_LEVEL >= 3
+#include "backends/cpu/tiled_bf16.h"
+#endif
+#if ATTNOPS_TIER_LEVEL >= 4
+#include "backends/cpu/tiled_amx.h"
+#endif
 
-namespace attnops::cpu {
+namespace attnops::cpu::ATTNOPS_TIER_NS {
 namespace {
 
 using simd::Mask16;
 using simd::V16;
+using tiled::at;
+using tiled::i64;
+using tiled::Path;
+using tiled::round_up;
 
-constexpr int kMaxR = 6;   // keys (QK) or value columns (PV) per micro-tile
-constexpr int kMaxNC = 4;  // vectors of 16 query rows per micro-tile
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-std::int64_t round_up(std::int64_t x, std::int64_t m) {
-  return (x + m - 1) / m * m;
-}
-
-// ---- micro-kernels --------------------------------------------------------------------------
-
-// st[r][l] = sum_d k[r][d] * qt[d][l] for r < R, l < 16 * NC. qt rows are ldq apart, k rows ldk
-// apart, st rows lds apart.
-template <int R, int NC>
-void qk_micro(const float* qt, std::int64_t ldq, const float* k, std::int64_t ldk, std::int64_t D, float* st,
-              std::int64_t lds) {
-  V16 acc[R][NC];
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < NC; ++n) acc[r][n] = simd::zero();
-  for (std::int64_t d = 0; d < D; ++d) {
-    V16 q[NC];
-    for (int n = 0; n < NC; ++n) q[n] = simd::load(qt + d * ldq + 16 * n);
-    for (int r = 0; r < R; ++r) {
-      const V16 kb = simd::set1(k[r * ldk + d]);
-      for (int n = 0; n < NC; ++n) acc[r][n] = simd::fma(kb, q[n], acc[r][n]);
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < NC; ++n) simd::store(st + r * lds + 16 * n, acc[r][n]);
-}
-
-// ot[e][l] = alpha[l] * ot[e][l] + sum_{c < nc} v[c][e] * pt[c][l] for e < R, l < 16 * NC.
-// SkipZeros (p.guard_nonfinite_v): lanes whose weight is 0 are not updated, so a masked key's
-// NaN / inf value cannot reach them through 0 x inf.
-template <int R, int NC, bool SkipZeros>
-void pv_micro(const float* pt, std::int64_t ldp, const float* v, std::int64_t ldv, std::int64_t nc,
-              const float* alpha, float* ot, std::int64_t ldo) {
-  V16 acc[R][NC];
-  for (int n = 0; n < NC; ++n) {
-    const V16 a = simd::load(alpha + 16 * n);
-    for (int r = 0; r < R; ++r) acc[r][n] = simd::mul(simd::load(ot + r * ldo + 16 * n), a);
-  }
-  for (std::int64_t c = 0; c < nc; ++c) {
-    V16 pr[NC];
-    for (int n = 0; n < NC; ++n) pr[n] = simd::load(pt + c * ldp + 16 * n);
-    const float* vc = v + c * ldv;
-    if constexpr (SkipZeros) {
-      Mask16 nz[NC];
-      for (int n = 0; n < NC; ++n) nz[n] = simd::nonzero(pr[n]);
-      for (int r = 0; r < R; ++r) {
-        const V16 vb = simd::set1(vc[r]);
-        for (int n = 0; n < NC; ++n) acc[r][n] = simd::fma_masked(nz[n], vb, pr[n], acc[r][n]);
-      }
-    } else {
-      for (int r = 0; r < R; ++r) {
-        const V16 vb = simd::set1(vc[r]);
-        for (int n = 0; n < NC; ++n) acc[r][n] = simd::fma(vb, pr[n], acc[r][n]);
-      }
-    }
-  }
-  for (int r = 0; r < R; ++r)
-    for (int n = 0; n < NC; ++n) simd::store(ot + r * ldo + 16 * n, acc[r][n]);
-}
-
-using QkFn = void (*)(const float*, std::int64_t, const float*, std::int64_t, std::int64_t, float*,
-                      std::int64_t);
-using PvFn = void (*)(const float*, std::int64_t, const float*, std::int64_t, std::int64_t, const float*,
-                      float*, std::int64_t);
-
-template <int R>
-constexpr std::array<QkFn, kMaxNC> qk_row() {
-  return {qk_micro<R, 1>, qk_micro<R, 2>, qk_micro<R, 3>, qk_micro<R, 4>};
-}
-template <int R, bool SkipZeros>
-constexpr std::array<PvFn, kMaxNC> pv_row() {
-  return {pv_micro<R, 1, SkipZeros>, pv_micro<R, 2, SkipZeros>, pv_micro<R, 3, SkipZeros>,
-          pv_micro<R, 4, SkipZeros>};
-}
-// Indexed [R - 1][NC - 1]: the edges of a tile use the smaller shapes, so no size is padded.
-constexpr std::array<std::array<QkFn, kMaxNC>, kMaxR> kQk = {qk_row<1>(), qk_row<2>(), qk_row<3>(),
-                                                             qk_row<4>(), qk_row<5>(), qk_row<6>()};
-constexpr std::array<std::array<PvFn, kMaxNC>, kMaxR> kPv = {pv_row<1, false>(), pv_row<2, false>(),
-                                                             pv_row<3, false>(), pv_row<4, false>(),
-                                                             pv_row<5, false>(), pv_row<6, false>()};
-constexpr std::array<std::array<PvFn, kMaxNC>, kMaxR> kPvSkipZeros = {pv_row<1, true>(), pv_row<2, true>(),
-                                                                      pv_row<3, true>(), pv_row<4, true>(),
-                                                                      pv_row<5, true>(), pv_row<6, true>()};
-
-// ---- per-thread scratch ---------------------------------------------------------------------
-
-struct FreeDeleter {
-  void operator()(void* p) const { std::free(p); }
-};
-template <class T>
-std::unique_ptr<T[], FreeDeleter> aligned_array(std::int64_t n) {
-  const auto bytes = static_cast<std::size_t>(round_up(std::max<std::int64_t>(n, 1) * sizeof(T), 64));
-  void* p = std::aligned_alloc(64, bytes);
-  if (!p) throw std::bad_alloc();
-  return std::unique_ptr<T[], FreeDeleter>(static_cast<T*>(p));
-}
-
-struct Scratch {
-  std::unique_ptr<float[], FreeDeleter> qt, st, ot, kpack, vpack, row, m, l, alpha;
-  std::unique_ptr<std::int32_t[], FreeDeleter> segq;
-  Scratch(std::int64_t bqp, std::int64_t bk, std::int64_t D, std::int64_t Dv, bool convert)
-      : qt(aligned_array<float>(D * bqp)),
-        st(aligned_array<float>(bk * bqp)),
-        ot(aligned_array<float>(Dv * bqp)),
-        kpack(aligned_array<float>(convert ? bk * D : 0)),
-        vpack(aligned_array<float>(convert ? bk * Dv : 0)),
-        row(aligned_array<float>(std::max(D, Dv))),
-        m(aligned_array<float>(bqp)),
-        l(aligned_array<float>(bqp)),
-        alpha(aligned_array<float>(bqp)),
-        segq(aligned_array<std::int32_t>(bqp)) {}
-};
-
 // 16 bits of a transposed partial bitset column starting at lane l0 (a multiple of 16).
-inline Mask16 bits16(const std::uint64_t* col, std::int64_t l0) {
+inline Mask16 bits16(const std::uint64_t* col, i64 l0) {
   return static_cast<Mask16>(col[l0 >> 6] >> (l0 & 63));
 }
 
-// Element pointer of a BTHD view.
-inline const char* at(const TensorView& t, std::int64_t b, std::int64_t i, std::int64_t h) {
-  return static_cast<const char*>(t.data()) + (b * t.stride(0) + i * t.stride(1) + h * t.stride(2)) *
-                                                  static_cast<std::int64_t>(dtype_size(t.dtype()));
+// One kv tile's K and V in the layout of path P.
+template <Path P>
+tiled::TileOperands tile_operands(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 kh, i64 j0, i64 nc) {
+  const AttentionProblem& p = x.p;
+  tiled::TileOperands t;
+  t.j0 = j0;
+  t.nc = nc;
+  if constexpr (P == Path::f32) {
+    if (p.dtype == DType::f32) {
+      t.kf = reinterpret_cast<const float*>(at(p.k, b, j0, kh));
+      t.vf = reinterpret_cast<const float*>(at(p.v, b, j0, kh));
+      t.ldk = p.k.stride(1);
+      t.ldv = p.v.stride(1);
+    } else {
+      for (i64 c = 0; c < nc; ++c) {
+        simd::convert_row(at(p.k, b, j0 + c, kh), p.dtype, p.D, s.kpack_f.get() + c * p.D);
+        simd::convert_row(at(p.v, b, j0 + c, kh), p.dtype, p.Dv, s.vpack_f.get() + c * p.Dv);
+      }
+      t.kf = s.kpack_f.get();
+      t.vf = s.vpack_f.get();
+      t.ldk = p.D;
+      t.ldv = p.Dv;
+    }
+  } else if constexpr (P == Path::bf16_dot) {
+    t.kh = reinterpret_cast<const std::uint16_t*>(at(p.k, b, j0, kh));
+    t.ldk = p.k.stride(1);
+#if ATTNOPS_TIER_LEVEL >= 3
+    bf16::pack_v_pairs(reinterpret_cast<const std::uint16_t*>(at(p.v, b, j0, kh)), p.v.stride(1), nc, p.Dv,
+                       s.vpack_h.get());
+#endif
+    t.vh = s.vpack_h.get();
+  } else {
+    const tiled::PackedKv& pk = x.packed;
+    const i64 head = b * p.Hkv + kh;
+    t.kp = pk.k.get() + (head * pk.k_rows + j0) * x.Dp;
+    t.ldkp = x.Dp;
+    t.vt = pk.vt.get() + head * pk.dv16 * pk.ldvt + j0;
+    t.ldvt = pk.ldvt;
+  }
+  return t;
 }
 
 // ---- one task: (batch b, q head h, q block qb) ------------------------------------------------
 
-struct Kernel {
-  const AttentionProblem& p;
-  const BlockMap& map;
-  AttentionBuffers& buffers;
-  std::int64_t bq, bk, bqp;
+template <Path P>
+void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
+  const AttentionProblem& p = x.p;
+  const BlockMap& map = x.map;
+  const i64 D = p.D, Dv = p.Dv, Tq = p.Tq, Tk = p.Tk, bk = x.bk, bqp = x.bqp;
+  const i64 kh = h / p.group();  // GQA: kv head read in place, never copied
+  const i64 i0 = qb * x.bq, nr = std::min(x.bq, Tq - i0);
+  const i64 nvec = (nr + 15) / 16, lanes = nvec * 16;
+  float *st = s.st.get(), *ot = s.ot.get(), *m = s.m.get(), *l = s.l.get(), *alpha = s.alpha.get();
+  constexpr i64 kAlign = tiled::key_align(P);  // key ranges of P^T pairs start and end at multiples of this
 
-  void run(Scratch& s, std::int64_t b, std::int64_t h, std::int64_t qb) const {
-    const std::int64_t D = p.D, Dv = p.Dv, Tq = p.Tq, Tk = p.Tk;
-    const std::int64_t kh = h / p.group();  // GQA: kv head read in place, never copied
-    const std::int64_t i0 = qb * bq, nr = std::min(bq, Tq - i0);
-    const std::int64_t nvec = (nr + 15) / 16, lanes = nvec * 16;
-    float *qt = s.qt.get(), *st = s.st.get(), *ot = s.ot.get(), *m = s.m.get(), *l = s.l.get(),
-          *alpha = s.alpha.get();
-
-    // Q^T [D][bqp], pre-scaled; padding lanes are 0 so their scores are finite and unused.
+  // Q^T [D][bqp] pre-scaled (f32 path) or Q^T pairs [Dp/2][bqp][2] bf16, unscaled (bf16 paths:
+  // the scale is applied to the fp32 scores). Padding lanes are 0: finite scores, never used.
+  if constexpr (P == Path::f32) {
+    float* qt = s.qt.get();
     const float scale = static_cast<float>(p.scale);
-    for (std::int64_t r = 0; r < lanes; ++r) {
+    for (i64 r = 0; r < lanes; ++r) {
       if (r < nr) {
         simd::convert_row(at(p.q, b, i0 + r, h), p.dtype, D, s.row.get(), scale);
-        for (std::int64_t d = 0; d < D; ++d) qt[d * bqp + r] = s.row[static_cast<std::size_t>(d)];
+        for (i64 d = 0; d < D; ++d) qt[d * bqp + r] = s.row[static_cast<std::size_t>(d)];
       } else {
-        for (std::int64_t d = 0; d < D; ++d) qt[d * bqp + r] = 0.f;
+        for (i64 d = 0; d < D; ++d) qt[d * bqp + r] = 0.f;
       }
     }
-    for (std::int64_t e = 0; e < Dv; ++e) std::fill(ot + e * bqp, ot + e * bqp + lanes, 0.f);
-    std::fill(m, m + lanes, kNegInf);
-    std::fill(l, l + lanes, 0.f);
+  } else {
+#if ATTNOPS_TIER_LEVEL >= 3
+    bf16::pack_q_pairs(p, b, h, i0, nr, lanes, bqp, x.Dp, s.qp.get());
+#endif
+  }
+  for (i64 e = 0; e < x.ot_rows; ++e) std::fill(ot + e * bqp, ot + e * bqp + lanes, 0.f);
+  std::fill(m, m + lanes, kNegInf);
+  std::fill(l, l + lanes, 0.f);
 
-    // Segment ids of the block's rows, and their range (a kv tile whose ids lie outside it is
-    // invisible to every row and skipped).
-    const bool seg = p.has_segments();
-    std::int32_t qseg_lo = 0, qseg_hi = 0;
-    const std::int32_t* segkv = seg ? p.seg_kv + b * Tk : nullptr;
+  // Segment ids of the block's rows, and their range (a kv tile whose ids lie outside it is
+  // invisible to every row and skipped).
+  const bool seg = p.has_segments();
+  std::int32_t qseg_lo = 0, qseg_hi = 0;
+  const std::int32_t* segkv = seg ? p.seg_kv + b * Tk : nullptr;
+  if (seg) {
+    const std::int32_t* sq = p.seg_q + b * Tq + i0;
+    for (i64 r = 0; r < lanes; ++r) s.segq[static_cast<std::size_t>(r)] = sq[std::min(r, nr - 1)];
+    qseg_lo = qseg_hi = sq[0];
+    for (i64 r = 1; r < nr; ++r) qseg_lo = std::min(qseg_lo, sq[r]), qseg_hi = std::max(qseg_hi, sq[r]);
+  }
+  const bool cap = p.soft_cap.has_value();
+  const float capf = cap ? static_cast<float>(*p.soft_cap) : 1.f;
+  const V16 capv = simd::set1(capf), inv_capv = simd::set1(1.f / capf);
+  const V16 score_scale = simd::set1(P == Path::f32 ? 1.f : static_cast<float>(p.scale));
+
+  for (const BlockMap::Block& blk : map.row(h, qb)) {
+    const i64 j0 = static_cast<i64>(blk.kv) * bk, nc = std::min(bk, Tk - j0);
     if (seg) {
-      const std::int32_t* sq = p.seg_q + b * Tq + i0;
-      for (std::int64_t r = 0; r < lanes; ++r) s.segq[static_cast<std::size_t>(r)] = sq[std::min(r, nr - 1)];
-      const auto [lo, hi] = std::minmax_element(sq, sq + nr);
-      qseg_lo = *lo;
-      qseg_hi = *hi;
+      std::int32_t lo = segkv[j0], hi = segkv[j0];
+      for (i64 c = 1; c < nc; ++c) lo = std::min(lo, segkv[j0 + c]), hi = std::max(hi, segkv[j0 + c]);
+      if (hi < qseg_lo || lo > qseg_hi) continue;
     }
-    const bool cap = p.soft_cap.has_value();
-    const float capf = cap ? static_cast<float>(*p.soft_cap) : 1.f;
-    const V16 capv = simd::set1(capf), inv_capv = simd::set1(1.f / capf);
-    const bool convert = p.dtype != DType::f32;
+    // The tile's K and V operands in the path's layout.
+    const tiled::TileOperands t = tile_operands<P>(x, s, b, kh, j0, nc);
 
-    for (const BlockMap::Block& blk : map.row(h, qb)) {
-      const std::int64_t j0 = static_cast<std::int64_t>(blk.kv) * bk, nc = std::min(bk, Tk - j0);
-      if (seg) {
-        const auto [lo, hi] = std::minmax_element(segkv + j0, segkv + j0 + nc);
-        if (*hi < qseg_lo || *lo > qseg_hi) continue;
+    // One chunk of up to 64 query rows (kMaxNC vectors) at a time: S^T = K Q^T, online softmax,
+    // O^T update. In a partial tile only the key range [c_lo, c_hi) that some row of the chunk
+    // sees is visited (a causal diagonal tile costs about 3/4 of a full one), and micro-tiles
+    // in it whose bits are all 0 are not computed (the mask overwrites them with -inf unread).
+    const bool partial = !blk.is_full();
+    // Softmax pass 1 must store its result (the bf16 paths also scale the scores there).
+    const bool rewrite = cap || p.bias || partial || seg || P != Path::f32;
+    for (i64 n0 = 0; n0 < nvec; n0 += micro::kMaxNC) {
+      const int NC = static_cast<int>(std::min<i64>(micro::kMaxNC, nvec - n0));
+      i64 c_lo = 0, c_hi = nc;
+      if (partial) {
+        // n0 is a multiple of 4, so the chunk's 16 * NC rows are the low bits of word n0 / 4.
+        const std::uint64_t rows = NC == 4 ? ~std::uint64_t{0} : (std::uint64_t{1} << (16 * NC)) - 1;
+        c_lo = nc, c_hi = 0;
+        for (i64 c = 0; c < nc; ++c)
+          if (map.partial_col(blk.partial, c)[n0 >> 2] & rows) {
+            c_lo = std::min(c_lo, c);
+            c_hi = c + 1;
+          }
+        if (c_lo >= c_hi) continue;  // nothing visible to this chunk: m, l, O^T unchanged
       }
-      // K rows and V rows of the tile, fp32: in place (f32) or widened into scratch.
-      const float *kt, *vt;
-      std::int64_t ldk, ldv;
-      if (!convert) {
-        kt = reinterpret_cast<const float*>(at(p.k, b, j0, kh));
-        vt = reinterpret_cast<const float*>(at(p.v, b, j0, kh));
-        ldk = p.k.stride(1);
-        ldv = p.v.stride(1);
+
+      // S^T rows [c_lo, c_hi) of the chunk's lanes (the AMX path also writes rows around them,
+      // up to 16-row boundaries; they are never read).
+      if constexpr (P == Path::amx) {
+#if ATTNOPS_TIER_LEVEL >= 4
+        amx::qk(t, s.qp.get(), bqp, x.Dp, n0, NC, c_lo, c_hi, st);
+#endif
       } else {
-        for (std::int64_t c = 0; c < nc; ++c) {
-          simd::convert_row(at(p.k, b, j0 + c, kh), p.dtype, D, s.kpack.get() + c * D);
-          simd::convert_row(at(p.v, b, j0 + c, kh), p.dtype, Dv, s.vpack.get() + c * Dv);
-        }
-        kt = s.kpack.get();
-        vt = s.vpack.get();
-        ldk = D;
-        ldv = Dv;
-      }
-
-      // One chunk of up to 64 query rows (kMaxNC vectors) at a time: S^T = K Q^T, online softmax,
-      // O^T update. In a partial tile only the key range [c_lo, c_hi) that some row of the chunk
-      // sees is visited (a causal diagonal tile costs about 3/4 of a full one), and micro-tiles
-      // in it whose bits are all 0 are not computed (the mask overwrites them with -inf unread).
-      const bool partial = !blk.is_full();
-      const bool rewrite = cap || p.bias || partial || seg;  // softmax pass 1 must store its result
-      for (std::int64_t n0 = 0; n0 < nvec; n0 += kMaxNC) {
-        const int NC = static_cast<int>(std::min<std::int64_t>(kMaxNC, nvec - n0));
-        std::int64_t c_lo = 0, c_hi = nc;
-        if (partial) {
-          // n0 is a multiple of 4, so the chunk's 16 * NC rows are the low bits of word n0 / 4.
-          const std::uint64_t rows = NC == 4 ? ~std::uint64_t{0} : (std::uint64_t{1} << (16 * NC)) - 1;
-          c_lo = nc, c_hi = 0;
-          for (std::int64_t c = 0; c < nc; ++c)
-            if (map.partial_col(blk.partial, c)[n0 >> 2] & rows) {
-              c_lo = std::min(c_lo, c);
-              c_hi = c + 1;
-            }
-          if (c_lo >= c_hi) continue;  // nothing visible to this chunk: m, l, O^T unchanged
-        }
-
-        for (std::int64_t c0 = c_lo; c0 < c_hi; c0 += kMaxR) {
-          const int R = static_cast<int>(std::min<std::int64_t>(kMaxR, c_hi - c0));
+        for (i64 c0 = c_lo; c0 < c_hi; c0 += micro::kMaxR) {
+          const int R = static_cast<int>(std::min<i64>(micro::kMaxR, c_hi - c0));
           if (partial) {
             std::uint64_t any = 0;
             for (int r = 0; r < R; ++r)
               for (int n = 0; n < NC; ++n) any |= bits16(map.partial_col(blk.partial, c0 + r), (n0 + n) * 16);
             if (!any) continue;
           }
-          kQk[R - 1][NC - 1](qt + n0 * 16, bqp, kt + c0 * ldk, ldk, D, st + c0 * bqp + n0 * 16, bqp);
-        }
-
-        // Scores -> probabilities, one vector of 16 query rows at a time, online.
-        for (std::int64_t n = n0; n < n0 + NC; ++n) {
-          const std::int64_t l0 = n * 16;
-          const Mask16 valid = static_cast<Mask16>(nr - l0 >= 16 ? 0xffffu : (1u << (nr - l0)) - 1u);
-          const float* bias_base = p.bias ? p.bias_row(b, h, i0 + l0) + j0 : nullptr;
-          V16 mx = simd::set1(kNegInf);
-          for (std::int64_t c = c_lo; c < c_hi; ++c) {
-            float* sc = st + c * bqp + l0;
-            V16 x = simd::load(sc);
-            if (rewrite) {
-              if (cap) x = simd::mul(capv, simd::tanh(simd::mul(x, inv_capv)));
-              if (bias_base)
-                x = simd::add(x, simd::gather(bias_base + c, static_cast<std::int32_t>(Tk), valid));
-              Mask16 vis = 0xffff;
-              if (partial) vis &= bits16(map.partial_col(blk.partial, c), l0);
-              if (seg) vis &= simd::eq_i32(s.segq.get() + l0, segkv[j0 + c]);
-              x = simd::select(vis, x, simd::set1(kNegInf));
-              simd::store(sc, x);
-            }
-            mx = simd::max(mx, x);
+          if constexpr (P == Path::f32) {
+            micro::kGemm<false>[R - 1][NC - 1](t.kf + c0 * t.ldk, t.ldk, s.qt.get() + n0 * 16, bqp, D,
+                                               st + c0 * bqp + n0 * 16, bqp);
+          } else {
+#if ATTNOPS_TIER_LEVEL >= 3
+            bf16::kQk[R - 1][NC - 1](t.kh + c0 * t.ldk, t.ldk, s.qp.get() + n0 * 32, bqp, D,
+                                     st + c0 * bqp + n0 * 16, bqp);
+#endif
           }
-          const V16 m_old = simd::load(m + l0);
-          const V16 m_new = simd::max(m_old, mx);
-          // Rows with nothing visible yet keep max -inf; subtract 0 instead so no -inf - -inf.
-          const V16 shift = simd::select(simd::eq(m_new, simd::set1(kNegInf)), simd::zero(), m_new);
-          const V16 a = simd::exp(simd::sub(m_old, shift));
-          V16 sum = simd::zero();
-          for (std::int64_t c = c_lo; c < c_hi; ++c) {
+        }
+      }
+
+      // Scores -> probabilities, one vector of 16 query rows at a time, online.
+      [[maybe_unused]] const i64 c_a = c_lo / kAlign * kAlign,
+                                 c_b = std::min(round_up(c_hi, kAlign), round_up(nc, kAlign));
+      for (i64 n = n0; n < n0 + NC; ++n) {
+        const i64 l0 = n * 16;
+        const Mask16 valid = static_cast<Mask16>(nr - l0 >= 16 ? 0xffffu : (1u << (nr - l0)) - 1u);
+        const float* bias_base = p.bias ? p.bias_row(b, h, i0 + l0) + j0 : nullptr;
+        V16 mx = simd::set1(kNegInf);
+        for (i64 c = c_lo; c < c_hi; ++c) {
+          float* sc = st + c * bqp + l0;
+          V16 xs = simd::load(sc);
+          if (rewrite) {
+            if constexpr (P != Path::f32) xs = simd::mul(xs, score_scale);
+            if (cap) xs = simd::mul(capv, simd::tanh(simd::mul(xs, inv_capv)));
+            if (bias_base)
+              xs = simd::add(xs, simd::gather(bias_base + c, static_cast<std::int32_t>(Tk), valid));
+            Mask16 vis = 0xffff;
+            if (partial) vis &= bits16(map.partial_col(blk.partial, c), l0);
+            if (seg) vis &= simd::eq_i32(s.segq.get() + l0, segkv[j0 + c]);
+            xs = simd::select(vis, xs, simd::set1(kNegInf));
+            simd::store(sc, xs);
+          }
+          mx = simd::max(mx, xs);
+        }
+        const V16 m_old = simd::load(m + l0);
+        const V16 m_new = simd::max(m_old, mx);
+        // Rows with nothing visible yet keep max -inf; subtract 0 instead so no -inf - -inf.
+        const V16 shift = simd::select(simd::eq(m_new, simd::set1(kNegInf)), simd::zero(), m_new);
+        const V16 a = simd::exp(simd::sub(m_old, shift));
+        V16 sum = simd::zero();
+        if constexpr (P == Path::f32) {
+          for (i64 c = c_lo; c < c_hi; ++c) {
             float* sc = st + c * bqp + l0;
             const V16 pr = simd::exp(simd::sub(simd::load(sc), shift));
             simd::store(sc, pr);
             sum = simd::add(sum, pr);
           }
-          simd::store(m + l0, m_new);
-          simd::store(l + l0, simd::add(simd::mul(simd::load(l + l0), a), sum));
-          simd::store(alpha + l0, a);
+        } else {
+#if ATTNOPS_TIER_LEVEL >= 3
+          // P^T as bf16 pairs (keys 2t, 2t+1) over [c_a, c_b), 0 outside [c_lo, c_hi); the sum
+          // adds the unrounded fp32 values.
+          std::uint16_t* pp = s.pp.get();
+          for (i64 c = c_a; c < c_b; c += 2) {
+            V16 p0 = simd::zero(), p1 = simd::zero();
+            if (c >= c_lo && c < c_hi) p0 = simd::exp(simd::sub(simd::load(st + c * bqp + l0), shift));
+            if (c + 1 >= c_lo && c + 1 < c_hi)
+              p1 = simd::exp(simd::sub(simd::load(st + (c + 1) * bqp + l0), shift));
+            sum = simd::add(sum, simd::add(p0, p1));
+            bf16::store_pair(pp + ((c - c_a) / 2 * bqp + l0) * 2, p0, p1);
+          }
+#endif
         }
+        simd::store(m + l0, m_new);
+        simd::store(l + l0, simd::add(simd::mul(simd::load(l + l0), a), sum));
+        simd::store(alpha + l0, a);
+      }
 
-        // O^T = alpha * O^T + V^T P^T over the chunk's keys.
-        const auto& pv = p.guard_nonfinite_v ? kPvSkipZeros : kPv;
-        for (std::int64_t e0 = 0; e0 < Dv; e0 += kMaxR) {
-          const int R = static_cast<int>(std::min<std::int64_t>(kMaxR, Dv - e0));
-          pv[R - 1][NC - 1](st + c_lo * bqp + n0 * 16, bqp, vt + c_lo * ldv + e0, ldv, c_hi - c_lo,
+      // O^T = alpha * O^T + V^T P^T over the chunk's keys.
+      // p.guard_nonfinite_v: weight-0 lanes are skipped, so a masked key's NaN / inf value
+      // cannot reach them through 0 x inf (the bf16 paths are not taken then, tiled_forward).
+      if constexpr (P == Path::f32) {
+        const auto& pv = p.guard_nonfinite_v ? micro::kScaledAccSkipZeros : micro::kScaledAcc;
+        for (i64 e0 = 0; e0 < Dv; e0 += micro::kMaxR) {
+          const int R = static_cast<int>(std::min<i64>(micro::kMaxR, Dv - e0));
+          pv[R - 1][NC - 1](t.vf + c_lo * t.ldv + e0, t.ldv, st + c_lo * bqp + n0 * 16, bqp, c_hi - c_lo,
                             alpha + n0 * 16, ot + e0 * bqp + n0 * 16, bqp);
         }
+      } else if constexpr (P == Path::bf16_dot) {
+#if ATTNOPS_TIER_LEVEL >= 3
+        for (i64 e0 = 0; e0 < Dv; e0 += micro::kMaxR) {
+          const int R = static_cast<int>(std::min<i64>(micro::kMaxR, Dv - e0));
+          bf16::kPv[R - 1][NC - 1](t.vh + (c_a / 2 * Dv + e0) * 2, Dv, s.pp.get() + n0 * 32, bqp,
+                                   (c_b - c_a) / 2, alpha + n0 * 16, ot + e0 * bqp + n0 * 16, bqp);
+        }
+#endif
+      } else {
+#if ATTNOPS_TIER_LEVEL >= 4
+        amx::pv(t, s.pp.get(), bqp, x.ot_rows, n0, NC, c_a, c_b, alpha, ot);
+#endif
       }
-    }
-
-    // Finalise: out = O / l (with the sink's mass in the denominator; the sink adds no value and,
-    // as the oracle defines lse, is not part of lse). A row with nothing visible: 0 and -inf.
-    float* lse = buffers.lse ? buffers.lse->data_as<float>() + (b * p.Hq + h) * Tq + i0 : nullptr;
-    for (std::int64_t r = 0; r < nr; ++r) {
-      const float mr = m[r], lr = l[r];
-      const float factor = policy::row_factor(mr, lr, p.sinks ? p.sinks + h : nullptr);
-      const std::int64_t obase = ((b * Tq + i0 + r) * p.Hq + h) * Dv;
-      switch (p.dtype) {
-        case DType::f32: {
-          float* o = buffers.out.data_as<float>() + obase;
-          for (std::int64_t e = 0; e < Dv; ++e) o[e] = ot[e * bqp + r] * factor;
-          break;
-        }
-        case DType::f16: {
-          std::uint16_t* o = buffers.out.data_as<std::uint16_t>() + obase;
-          for (std::int64_t e = 0; e < Dv; ++e) o[e] = float_to_half_bits(ot[e * bqp + r] * factor);
-          break;
-        }
-        default: {
-          std::uint16_t* o = buffers.out.data_as<std::uint16_t>() + obase;
-          for (std::int64_t e = 0; e < Dv; ++e) o[e] = float_to_bf16_bits(ot[e * bqp + r] * factor);
-          break;
-        }
-      }
-      if (lse) lse[r] = policy::row_lse(mr, lr);
     }
   }
-};
 
-}  // namespace
-
-void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers) {
-  if (map.Tq != p.Tq || map.Tk != p.Tk || (map.heads != 1 && map.heads != p.Hq))
-    throw Error(ErrorCode::shape_mismatch,
-                "cpu tiled_attention: block map built for Tq=" + std::to_string(map.Tq) +
-                    " Tk=" + std::to_string(map.Tk) + " heads=" + std::to_string(map.heads) +
-                    ", expected Tq=" + std::to_string(p.Tq) + " Tk=" + std::to_string(p.Tk) + " heads=1 or " +
-                    std::to_string(p.Hq));
-  if (!is_float(p.dtype))
-    throw Error(
-        ErrorCode::unsupported_dtype,
-        "cpu tiled_attention: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
-  const std::int64_t bq = map.bq, bk = map.bk, bqp = round_up(bq, 16);
-  const Kernel kernel{p, map, buffers, bq, bk, bqp};
-
-  // Tasks, heaviest (most kv blocks) first so that dynamic scheduling ends balanced.
-  struct Task {
-    std::int32_t b, h, qb, cost;
-  };
-  std::vector<Task> tasks;
-  tasks.reserve(static_cast<std::size_t>(p.B * p.Hq * map.nq));
-  for (std::int64_t qb = 0; qb < map.nq; ++qb)
-    for (std::int64_t b = 0; b < p.B; ++b)
-      for (std::int64_t h = 0; h < p.Hq; ++h)
-        tasks.push_back({static_cast<std::int32_t>(b), static_cast<std::int32_t>(h),
-                         static_cast<std::int32_t>(qb), static_cast<std::int32_t>(map.row(h, qb).size())});
-  std::stable_sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) { return x.cost > y.cost; });
-
-  int nt = worker_threads(p.num_threads);
-  nt = static_cast<int>(std::clamp<std::int64_t>(static_cast<std::int64_t>(tasks.size()), 1, nt));
-  // Scratch for every thread, allocated before the parallel region (an allocation failure
-  // throws here, not inside OpenMP).
-  std::vector<Scratch> scratch;
-  scratch.reserve(static_cast<std::size_t>(nt));
-  for (int t = 0; t < nt; ++t) scratch.emplace_back(bqp, bk, p.D, p.Dv, p.dtype != DType::f32);
-
-  const auto ntasks = static_cast<std::int64_t>(tasks.size());
-#pragma omp parallel num_threads(nt)
-  {
-    Scratch& s = scratch[static_cast<std::size_t>(omp_get_thread_num())];
-#pragma omp for schedule(dynamic, 1)
-    for (std::int64_t t = 0; t < ntasks; ++t) {
-      const Task& task = tasks[static_cast<std::size_t>(t)];
-      kernel.run(s, task.b, task.h, task.qb);
+  // Finalise: out = O / l (with the sink's mass in the denominator; the sink adds no value and,
+  // as the oracle defines lse, is not part of lse). A row with nothing visible: 0 and -inf.
+  float* lse = x.buffers.lse ? x.buffers.lse->data_as<float>() + (b * p.Hq + h) * Tq + i0 : nullptr;
+  for (i64 r = 0; r < nr; ++r) {
+    const float mr = m[r], lr = l[r];
+    const float factor = policy::row_factor(mr, lr, p.sinks ? p.sinks + h : nullptr);
+    const i64 obase = ((b * Tq + i0 + r) * p.Hq + h) * Dv;
+    switch (p.dtype) {
+      case DType::f32: {
+        float* o = x.buffers.out.data_as<float>() + obase;
+        for (i64 e = 0; e < Dv; ++e) o[e] = ot[e * bqp + r] * factor;
+        break;
+      }
+      case DType::f16: {
+        std::uint16_t* o = x.buffers.out.data_as<std::uint16_t>() + obase;
+        for (i64 e = 0; e < Dv; ++e) o[e] = float_to_half_bits(ot[e * bqp + r] * factor);
+        break;
+      }
+      default: {
+        std::uint16_t* o = x.buffers.out.data_as<std::uint16_t>() + obase;
+        for (i64 e = 0; e < Dv; ++e) o[e] = float_to_bf16_bits(ot[e * bqp + r] * factor);
+        break;
+      }
     }
+    if (lse) lse[r] = policy::row_lse(mr, lr);
   }
 }
 
-}  // namespace attnops::cpu
+// Tasks, heaviest (most kv blocks) first so that dynamic scheduling ends balanced.
+struct Task {
+  std::int32_t b, h, qb, cost;
+};
+
+template <Path P>
+void run_all(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers) {
+  tiled::Ctx x{p,
+               map,
+               buffers,
+               map.bq,
+               map.bk,
+               round_up(map.bq, 16),
+               tiled::padded_d(P, p.D),
+               P == Path::amx ? round_up(p.Dv, 16) : p.Dv,
+               {}};
+  std::vector<Task> tasks;
+  tasks.reserve(static_cast<std::size_t>(p.B * p.Hq * map.nq));
+  for (i64 qb = 0; qb < map.nq; ++qb)
+    for (i64 b = 0; b < p.B; ++b)
+      for (i64 h = 0; h < p.Hq; ++h)
+        tasks.push_back({static_cast<std::int32_t>(b), static_cast<std::int32_t>(h),
+                         static_cast<std::int32_t>(qb), static_cast<std::int32_t>(map.row(h, qb).size())});
+  std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& c) { return a.cost > c.cost; });
+
+  int nt = std::clamp(p.num_threads > 0 ? p.num_threads : omp_get_max_threads(), 1, max_worker_threads());
+  nt = static_cast<int>(std::clamp<i64>(static_cast<i64>(tasks.size()), 1, nt));
+#if ATTNOPS_TIER_LEVEL >= 4
+  if constexpr (P == Path::amx) x.packed = amx::pack_kv(p, nt);  // K and V^T tiles, once per call
+#endif
+  // Scratch for every thread, allocated before the parallel region (an allocation failure
+  // throws here, not inside OpenMP).
+  std::vector<tiled::Scratch> scratch;
+  scratch.reserve(static_cast<std::size_t>(nt));
+  for (int t = 0; t < nt; ++t) scratch.emplace_back(x, P);
+
+  const auto ntasks = static_cast<i64>(tasks.size());
+#pragma omp parallel num_threads(nt)
+  {
+    tiled::Scratch& s = scratch[static_cast<std::size_t>(omp_get_thread_num())];
+#if ATTNOPS_TIER_LEVEL >= 4
+    if constexpr (P == Path::amx) amx::configure_tiles();  // tile state is per thread
+#endif
+#pragma omp for schedule(dynamic, 1)
+    for (i64 i = 0; i < ntasks; ++i) {
+      const Task& task = tasks[static_cast<std::size_t>(i)];
+      run_task<P>(x, s, task.b, task.h, task.qb);
+    }
+#if ATTNOPS_TIER_LEVEL >= 4
+    if constexpr (P == Path::amx) amx::release_tiles();
+#endif
+  }
+}
+
+}  // namespace
+
+const char* tiled_forward(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers) {
+  // The bf16 paths round P to bf16 pairs: they cannot skip weight-0 keys for the non-finite
+  // policy's guarded re-run (operators/forward_glue.h), which takes the f32 path instead.
+  [[maybe_unused]] const bool bf16_paths = p.dtype == DType::bf16 && !p.guard_nonfinite_v;
+#if ATTNOPS_TIER_LEVEL >= 4
+  if (bf16_paths) {
+    run_all<Path::amx>(p, map, buffers);
+    return "bf16 q.k and p.v on AMX tiles (TDPBF16PS), P rounded to bf16";
+  }
+#endif
+#if ATTNOPS_TIER_LEVEL >= 3
+  if (bf16_paths) {
+    run_all<Path::bf16_dot>(p, map, buffers);
+    return "bf16 q.k and p.v on VDPBF16PS, P rounded to bf16";
+  }
+#endif
+  run_all<Path::f32>(p, map, buffers);
+  if (p.dtype == DType::f32) return "f32 micro-kernels";
+  return "f32 micro-kernels, f16/bf16 tiles widened to f32";
+}
+
+}  // namespace attnops::cpu::ATTNOPS_TIER_NS

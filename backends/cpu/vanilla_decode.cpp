@@ -1,4 +1,5 @@
-// Decode path of VanillaAttn::forward_cpu; see vanilla_decode.h for the design.
+// Per-tier source (compiled once per ISA tier, see README.md): the decode path of
+// VanillaAttn::forward_cpu; see vanilla_decode.h for the design.
 //
 // Memory order matters more than arithmetic here. In BTHD the kv heads of one position are
 // adjacent ([Hkv, D] contiguous per position), while one head's consecutive positions are
@@ -15,28 +16,20 @@
 // Row r of kv head hk is q head hk * G + r / Tq, query r % Tq (all G q heads of the group share
 // every K and V read). Partial (m, l, acc) of each split are merged afterwards in split order.
 //
-// GCC 12 reports -Wmaybe-uninitialized inside its own AVX-512 intrinsics (_mm512_undefined_*,
-// reached through _mm512_reduce_add_ps) once they are inlined here: a false positive in system
-// headers, silenced so the build stays warning-clean.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include "backends/cpu/vanilla_decode.h"
-
+// Scratch is per-tier aligned arrays, not std::vector<float> (see aligned.h).
 #include <omp.h>
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "attnops/error.h"
-#include "backends/common/parallel_errors.h"
 #include "backends/common/softmax_policy.h"
+#include "backends/cpu/aligned.h"
+#include "backends/cpu/tier_entry.h"
 #include "backends/cpu/vanilla_rows.h"
 #include "backends/cpu/vanilla_simd.h"
 
-namespace attnops::cpu {
+namespace attnops::cpu::ATTNOPS_TIER_NS {
 namespace {
 
 using vanilla::i64;
@@ -45,8 +38,6 @@ using vanilla::i64;
 // rescale of acc per block and row), while K and V of the block (32 x Hkv x D: 256 KiB each at
 // Hkv = 16, D = 128, f32) stay in L2. Measured: 32 beats 16 (per-block overheads) and 64.
 constexpr i64 kBlock = 32;
-// A kv split shorter than this costs more in task overhead and merging than it gains.
-constexpr i64 kMinSplitKeys = 128;
 
 // Address of element (b, t, h, 0) of a BTHD view, in bytes.
 const char* row_ptr(const TensorView& x, i64 b, i64 t, i64 h) {
@@ -59,21 +50,20 @@ struct DecodeJob {
   const AttentionProblem& p;
   i64 G, R, nsplit, tasks;
   // Partial results per (task, kv head, row): unnormalised output [Dv] and (max, sum).
-  std::vector<float> part_acc;
+  AlignedArray<float> part_acc;
   std::vector<vanilla::OnlineRow> part_state;
 };
 
 // Per-thread scratch, sized once per call.
 struct DecodeScratch {
-  std::vector<float> Qs;              // [Hkv][R][D], pre-scaled fp32 queries
-  std::vector<float> S;               // [Hkv][R][kBlock] logits, then probabilities
-  std::vector<vanilla::RowMask> rm;   // [Hkv][R]
-  std::vector<i64> head_lo, head_hi;  // [Hkv] union of the visible ranges of a head's rows
-  std::vector<char> head_active;      // [Hkv] head has visible columns in the current block
-  std::vector<float> o;               // [Dv] one merged output row
+  AlignedArray<float> Qs;              // [Hkv][R][D], pre-scaled fp32 queries
+  AlignedArray<float> S;               // [Hkv][R][kBlock] logits, then probabilities
+  std::vector<vanilla::RowMask> rm;    // [Hkv][R]
+  AlignedArray<i64> head_lo, head_hi;  // [Hkv] union of the visible ranges of a head's rows
+  AlignedArray<char> head_active;      // [Hkv] head has visible columns in the current block
 };
 
-template <class T>
+template <DType DT>
 void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
   const AttentionProblem& p = job.p;
   const i64 G = job.G, R = job.R, Tq = p.Tq, Tk = p.Tk, D = p.D, Dv = p.Dv, Hkv = p.Hkv;
@@ -105,12 +95,12 @@ void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
 
   const float scale = static_cast<float>(p.scale);
   for (i64 hq = 0; hq < p.Hq; ++hq)  // row r of head hk sits at (hk * R + r) * D, r = g * Tq + i
-    vanilla::load_rows_f32(row_ptr(p.q, b, 0, hq), p.dtype, p.q.stride(1), Tq, D, w.Qs.data() + hq * Tq * D,
-                           D, scale);
-  float* acc = job.part_acc.data() + t * Hkv * R * Dv;
+    vanilla::load_rows_f32(row_ptr(p.q, b, 0, hq), p.dtype, p.q.stride(1), Tq, D, w.Qs.get() + hq * Tq * D, D,
+                           scale);
+  float* acc = job.part_acc.get() + t * Hkv * R * Dv;
   vanilla::OnlineRow* st = job.part_state.data() + t * Hkv * R;
-  const i64 ldk = p.k.stride(1) * static_cast<i64>(dtype_size(p.dtype)),
-            ldv = p.v.stride(1) * static_cast<i64>(dtype_size(p.dtype));  // bytes between positions
+  const i64 es = static_cast<i64>(dtype_size(DT));
+  const i64 ldk = p.k.stride(1) * es, ldv = p.v.stride(1) * es;  // bytes between positions
 
   for (i64 j0 = s0; j0 < s1; j0 += kBlock) {
     const i64 n = std::min(kBlock, s1 - j0);
@@ -121,34 +111,33 @@ void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
     for (i64 jj = 0; jj < n; ++jj, krow += ldk, vrow += ldv) {
       for (i64 hk = 0; hk < Hkv; ++hk) {
         if (!w.head_active[hk]) continue;
-        const T* k = reinterpret_cast<const T*>(krow) + hk * p.k.stride(2);
-        vanilla::dot_key(w.Qs.data() + hk * R * D, D, R, k, D, w.S.data() + hk * R * kBlock + jj, kBlock);
+        vanilla::dot_key<DT>(w.Qs.get() + hk * R * D, D, R, krow + hk * p.k.stride(2) * es, D,
+                             w.S.get() + hk * R * kBlock + jj, kBlock);
         // This block's V rows, in address order, while the keys are scored: step 3 below then
         // reads them head by head from cache.
-        vanilla::prefetch_bytes(reinterpret_cast<const T*>(vrow) + hk * p.v.stride(2),
-                                Dv * static_cast<i64>(sizeof(T)));
+        vanilla::prefetch_bytes(vrow + hk * p.v.stride(2) * es, Dv * es);
       }
     }
 
     for (i64 hk = 0; hk < Hkv; ++hk) {
       if (!w.head_active[hk]) continue;
       for (i64 r = 0; r < R; ++r) {
-        float* s = w.S.data() + (hk * R + r) * kBlock;
+        float* s = w.S.get() + (hk * R + r) * kBlock;
         vanilla::finish_logits(p, b, hk * G + r / Tq, r % Tq, w.rm[hk * R + r], j0, j0 + n, s);
         vanilla::online_update(s, n, st[hk * R + r], acc + (hk * R + r) * Dv, Dv);
       }
     }
 
-    const T* v0 = reinterpret_cast<const T*>(row_ptr(p.v, b, j0, 0));
-    for (i64 hk = 0; hk < Hkv; ++hk)
-      if (w.head_active[hk]) {
-        if (p.guard_nonfinite_v)  // a weight-0 key's NaN / inf value must not reach the row
-          vanilla::pv_block_skip_zeros(w.S.data() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2),
-                                       p.v.stride(1), n, Dv, acc + hk * R * Dv, Dv);
-        else
-          vanilla::pv_block(w.S.data() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2), p.v.stride(1),
-                            n, Dv, acc + hk * R * Dv, Dv);
-      }
+    const char* v0 = row_ptr(p.v, b, j0, 0);
+    for (i64 hk = 0; hk < Hkv; ++hk) {
+      if (!w.head_active[hk]) continue;
+      if (p.guard_nonfinite_v)  // a weight-0 key's NaN / inf value must not reach the row
+        vanilla::pv_block<DT, true>(w.S.get() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2) * es,
+                                    p.v.stride(1), n, Dv, acc + hk * R * Dv, Dv);
+      else
+        vanilla::pv_block<DT>(w.S.get() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2) * es,
+                              p.v.stride(1), n, Dv, acc + hk * R * Dv, Dv);
+    }
   }
 }
 
@@ -171,7 +160,7 @@ void merge_row(const DecodeJob& job, AttentionBuffers& buffers, i64 b, i64 hk, i
       if (state(s).m == vanilla::kNegInf) continue;
       const float w = std::exp(state(s).m - M);
       L += state(s).l * w;
-      const float* a = job.part_acc.data() + (((b * job.nsplit + s) * Hkv + hk) * R + r) * Dv;
+      const float* a = job.part_acc.get() + (((b * job.nsplit + s) * Hkv + hk) * R + r) * Dv;
       for (i64 c = 0; c < Dv; ++c) o[c] += w * a[c];
     }
     // The sink takes probability mass (normaliser) but is not part of the lse.
@@ -187,73 +176,53 @@ void merge_row(const DecodeJob& job, AttentionBuffers& buffers, i64 b, i64 hk, i
 
 }  // namespace
 
-std::int64_t vanilla_decode_splits(const AttentionProblem& p, int threads) {
-  const i64 B = std::max<i64>(1, p.B);
-  // About four tasks per thread, so dynamic scheduling evens out kv ranges that masks made uneven.
-  const i64 want = (4 * static_cast<i64>(threads) + B - 1) / B;
-  const i64 most = std::max<i64>(1, p.Tk / kMinSplitKeys);
-  return std::clamp<i64>(want, 1, most);
-}
-
-void vanilla_decode(const AttentionProblem& p, AttentionBuffers& buffers, int threads) {
-  DecodeJob job{p, p.group(), p.group() * p.Tq, vanilla_decode_splits(p, threads), 0, {}, {}};
+const char* vanilla_decode_forward(const AttentionProblem& p, AttentionBuffers& buffers, int threads,
+                                   std::int64_t splits) {
+  DecodeJob job{p, p.group(), p.group() * p.Tq, splits, 0, {}, {}};
   job.tasks = p.B * job.nsplit;
   const i64 rows = job.tasks * p.Hkv * job.R;
   threads = static_cast<int>(std::clamp<i64>(job.tasks, 1, threads));
-  // Everything is allocated here, before the parallel region: a failure is an Error, not an
-  // exception escaping OpenMP.
-  std::vector<DecodeScratch> scratch;
-  try {
-    job.part_acc.assign(static_cast<std::size_t>(rows * p.Dv), 0.f);
-    job.part_state.assign(static_cast<std::size_t>(rows), vanilla::OnlineRow{});
-    scratch.resize(static_cast<std::size_t>(threads));
-    for (DecodeScratch& w : scratch) {
-      w.Qs.resize(static_cast<std::size_t>(p.Hq * p.Tq * p.D));
-      w.S.resize(static_cast<std::size_t>(p.Hkv * job.R * kBlock));
-      w.rm.resize(static_cast<std::size_t>(p.Hkv * job.R));
-      w.head_lo.resize(static_cast<std::size_t>(p.Hkv));
-      w.head_hi.resize(static_cast<std::size_t>(p.Hkv));
-      w.head_active.resize(static_cast<std::size_t>(p.Hkv));
-      w.o.resize(static_cast<std::size_t>(p.Dv));
-    }
-  } catch (const std::bad_alloc&) {
-    throw Error(ErrorCode::out_of_memory, "vanilla cpu decode: cannot allocate the partial results (" +
-                                              std::to_string(rows * (p.Dv + 2) * 4) +
-                                              " bytes) and per-thread scratch");
+  // Everything is allocated here, before the parallel region: a failure is std::bad_alloc thrown
+  // to the dispatch (an Error(out_of_memory) there), never an exception inside OpenMP. Nothing in
+  // the region allocates or throws.
+  job.part_acc = aligned_array<float>(rows * p.Dv);
+  std::fill(job.part_acc.get(), job.part_acc.get() + rows * p.Dv, 0.f);
+  job.part_state.assign(static_cast<std::size_t>(rows), vanilla::OnlineRow{});
+  std::vector<DecodeScratch> scratch(static_cast<std::size_t>(threads));
+  for (DecodeScratch& w : scratch) {
+    w.Qs = aligned_array<float>(p.Hq * p.Tq * p.D);
+    w.S = aligned_array<float>(p.Hkv * job.R * kBlock);
+    w.rm.resize(static_cast<std::size_t>(p.Hkv * job.R));
+    w.head_lo = aligned_array<i64>(p.Hkv);
+    w.head_hi = aligned_array<i64>(p.Hkv);
+    w.head_active = aligned_array<char>(p.Hkv);
   }
-  ParallelErrors errors;
+  AlignedArray<float> merged = aligned_array<float>(threads * p.Dv);
 
 #pragma omp parallel num_threads(threads)
   {
     DecodeScratch& w = scratch[static_cast<std::size_t>(omp_get_thread_num())];
-
 #pragma omp for schedule(dynamic, 1)
     for (i64 t = 0; t < job.tasks; ++t) {
-      if (errors.any()) continue;
-      try {
-        switch (p.dtype) {
-          case DType::f16:
-            run_task<Eigen::half>(job, w, t);
-            break;
-          case DType::bf16:
-            run_task<Eigen::bfloat16>(job, w, t);
-            break;
-          default:
-            run_task<float>(job, w, t);
-            break;
-        }
-      } catch (...) {
-        errors.capture();
+      switch (p.dtype) {
+        case DType::f16:
+          run_task<DType::f16>(job, w, t);
+          break;
+        case DType::bf16:
+          run_task<DType::bf16>(job, w, t);
+          break;
+        default:
+          run_task<DType::f32>(job, w, t);
+          break;
       }
     }
 
+    float* o = merged.get() + omp_get_thread_num() * p.Dv;
 #pragma omp for schedule(static)
-    for (i64 pair = 0; pair < p.B * p.Hkv; ++pair) {
-      if (errors.any()) continue;
-      for (i64 r = 0; r < job.R; ++r) merge_row(job, buffers, pair / p.Hkv, pair % p.Hkv, r, w.o.data());
-    }
+    for (i64 pair = 0; pair < p.B * p.Hkv; ++pair)
+      for (i64 r = 0; r < job.R; ++r) merge_row(job, buffers, pair / p.Hkv, pair % p.Hkv, r, o);
   }
-  errors.rethrow("vanilla cpu decode");
+  return "decode: K/V streamed once, kv split across threads";
 }
 
-}  // namespace attnops::cpu
+}  // namespace attnops::cpu::ATTNOPS_TIER_NS

@@ -16,8 +16,11 @@ namespace attnops::cpu {
 // Largest q_len the decode path takes (beyond it the GEMM path wins).
 inline constexpr std::int64_t kDecodeMaxQ = 4;
 
-// Requires p.Tq <= kDecodeMaxQ and !p.want_weights; `threads` >= 1.
-void vanilla_decode(const AttentionProblem& p, AttentionBuffers& buffers, int threads);
+// The kernel itself is per tier (vanilla_decode.cpp, TierKernels::vanilla_decode); it requires
+// p.Tq <= kDecodeMaxQ and !p.want_weights, and runs vanilla_decode_splits(p, threads) splits.
+
+// A kv split shorter than this costs more in task overhead and merging than it gains.
+inline constexpr std::int64_t kMinSplitKeys = 128;
 
 // How many pieces the kv axis of each (batch, kv head) is split into for `threads` threads;
 // exposed so tests can assert that a shape really takes the split path.

@@ -1,13 +1,15 @@
-// Per-row logit and softmax steps of VanillaAttn::forward_cpu (private to backends/cpu/vanilla_*).
+// Per-row logit and softmax steps of VanillaAttn::forward_cpu (per-tier header, private to
+// backends/cpu/vanilla_*.cpp).
 //
 // Both vanilla paths (materialised scores, decode streaming) turn raw scaled scores into
 // probabilities with the same steps, in the order of the spec:
 //   s = scale * q.k  ->  s = cap * tanh(s / cap)  ->  s += bias  ->  s = -inf where masked
 //   (static mask, then segment ids)  ->  softmax over the visible columns plus the sink logit.
 // A row with no visible column gives probabilities 0 (so output 0) and lse -inf, never NaN.
+// Non-finite logits follow backends/common/softmax_policy.h: a NaN or +inf logit makes the row's
+// probabilities, output and lse NaN (as exp(inf - inf) does), a -inf logit has probability 0.
 #pragma once
 
-#include <Eigen/Core>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,9 +19,8 @@
 #include "backends/common/softmax_policy.h"
 #include "backends/cpu/vanilla_simd.h"
 
-namespace attnops::cpu::vanilla {
+namespace attnops::cpu::ATTNOPS_TIER_NS::vanilla {
 
-using i64 = std::int64_t;
 inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // The visible columns of one (q head, q row) under the static mask: all lie in [lo, hi); when
@@ -45,12 +46,22 @@ inline void finish_logits(const AttentionProblem& p, i64 b, i64 hq, i64 i, const
   std::fill(s + (e - j0), s + (j1 - j0), kNegInf);
   if (e <= a) return;
   float* sv = s + (a - j0);
-  Eigen::Map<Eigen::ArrayXf> row(sv, e - a);
+  const i64 n = e - a;
   if (p.soft_cap) {
     const float cap = static_cast<float>(*p.soft_cap);
-    row = cap * (row * (1.f / cap)).tanh();
+    const simd::V16 capv = simd::set1(cap), inv = simd::set1(1.f / cap);
+    for (i64 j = 0; j < n; j += 16) {
+      const int w = lanes_left(n - j);
+      simd::store_n(sv + j, simd::mul(capv, simd::tanh(simd::mul(simd::load_n(sv + j, w), inv))), w);
+    }
   }
-  if (p.bias) row += Eigen::Map<const Eigen::ArrayXf>(p.bias_row(b, hq, i) + a, e - a);
+  if (p.bias) {
+    const float* bias = p.bias_row(b, hq, i) + a;
+    for (i64 j = 0; j < n; j += 16) {
+      const int w = lanes_left(n - j);
+      simd::store_n(sv + j, simd::add(simd::load_n(sv + j, w), simd::load_n(bias + j, w)), w);
+    }
+  }
   if (!rm.exact) {
     for (i64 j = a; j < e; ++j)
       if (!p.mask.visible(hq, i, j, p.Tq, p.Tk)) sv[j - a] = kNegInf;
@@ -63,23 +74,42 @@ inline void finish_logits(const AttentionProblem& p, i64 b, i64 hq, i64 i, const
   }
 }
 
+// max over s[0..n) (-inf for n == 0). It may skip a NaN (vector max returns its second operand
+// when either is NaN): callers carry NaN through exp_shift_sum, and check any_nan when the max
+// came out -inf.
+inline float row_max(const float* s, i64 n) {
+  simd::V16 m = simd::set1(kNegInf);
+  for (i64 j = 0; j < n; j += 16) {
+    const int w = lanes_left(n - j);
+    m = simd::max(m, simd::select(first_lanes(w), simd::load_n(s + j, w), simd::set1(kNegInf)));
+  }
+  return simd::reduce_max(m);
+}
+
+// Whether any of s[0..n) is NaN (only asked on the rare paths below).
+inline bool any_nan(const float* s, i64 n) {
+  for (i64 j = 0; j < n; ++j)
+    if (s[j] != s[j]) return true;
+  return false;
+}
+
+// s[0..n) *= f.
+inline void scale_row(float* s, i64 n, float f) {
+  const simd::V16 fv = simd::set1(f);
+  for (i64 j = 0; j < n; j += 16) {
+    const int w = lanes_left(n - j);
+    simd::store_n(s + j, simd::mul(simd::load_n(s + j, w), fv), w);
+  }
+}
+
 // Softmax of one fully materialised row in place (sink: the q head's sink logit or null).
 // Returns the row's lse = log(sum over visible keys of exp(s)): the sink joins the normaliser of
 // the probabilities but not the lse (as the oracle defines it). A fully masked row becomes all
 // zeros with lse -inf, sink or not. The shift is the visible max, so a sink far above every
 // logit cannot flush the lse to -inf; exp(sink - m) overflowing only drives the weights to 0,
 // which is their limit.
-// Whether any of s[0..n) is NaN (only asked on the rare paths below).
-inline bool any_nan(const float* s, i64 n) {
-  return std::any_of(s, s + n, [](float x) { return x != x; });
-}
-
-// Non-finite logits follow backends/common/softmax_policy.h: a NaN or +inf logit makes the
-// row's probabilities and lse NaN (as exp(inf - inf) does), a -inf logit has probability 0.
-// The max is Eigen's fast one, which may skip a NaN: exp_shift_sum then carries the NaN into
-// the sum, and a row whose max came out -inf is checked for NaN before it counts as masked.
 inline float softmax_row(float* s, i64 n, const float* sink) {
-  const float m = n > 0 ? Eigen::Map<const Eigen::ArrayXf>(s, n).maxCoeff() : kNegInf;
+  const float m = row_max(s, n);
   if (m == kNegInf && !any_nan(s, n)) {
     std::fill(s, s + n, 0.f);
     return kNegInf;
@@ -88,8 +118,8 @@ inline float softmax_row(float* s, i64 n, const float* sink) {
     std::fill(s, s + n, std::numeric_limits<float>::quiet_NaN());
     return std::numeric_limits<float>::quiet_NaN();
   }
-  const float l = exp_shift_sum(s, n, m);
-  Eigen::Map<Eigen::ArrayXf>(s, n) *= policy::row_factor(m, l, sink);
+  const float l = exp_shift_sum(s, n, m);  // NaN when a NaN logit hid from the max
+  scale_row(s, n, policy::row_factor(m, l, sink));
   return policy::row_lse(m, l);
 }
 
@@ -102,9 +132,10 @@ struct OnlineRow {
 
 // Folds one block of final logits s[0..n) into (st, acc): s becomes exp(s - m_new) (0 where
 // masked) for the P.V step, acc and l are rescaled to the new max.
-// A NaN or +inf logit makes the row NaN for good (m, l and acc NaN; the merge keeps NaN).
+// A NaN or +inf logit makes the row NaN for good (m, l and acc NaN; the merge keeps NaN); a NaN
+// the max skipped reaches l and acc through exp_shift_sum and P.V.
 inline void online_update(float* s, i64 n, OnlineRow& st, float* acc, i64 Dv) {
-  float bm = Eigen::Map<const Eigen::ArrayXf>(s, n).maxCoeff();  // may skip a NaN: see softmax_row
+  float bm = row_max(s, n);
   if (bm == kNegInf) {
     if (!any_nan(s, n)) {  // nothing visible in this block
       std::fill(s, s + n, 0.f);
@@ -124,10 +155,10 @@ inline void online_update(float* s, i64 n, OnlineRow& st, float* acc, i64 Dv) {
   const float sum = exp_shift_sum(s, n, mn);
   if (corr != 1.f) {
     st.l *= corr;
-    Eigen::Map<Eigen::ArrayXf>(acc, Dv) *= corr;
+    scale_row(acc, Dv, corr);
   }
   st.l += sum;
   st.m = mn;
 }
 
-}  // namespace attnops::cpu::vanilla
+}  // namespace attnops::cpu::ATTNOPS_TIER_NS::vanilla

@@ -16,8 +16,13 @@ namespace attnops {
 
 struct CpuInfo {
   bool avx2 = false, fma = false, f16c = false, avx512f = false, avx512bf16 = false;
+  bool amx_tile = false, amx_bf16 = false;
   int threads = 1;           // OpenMP's default thread count
-  std::string isa_summary;   // e.g. "avx512f avx512bf16 f16c avx2 fma"
+  std::string isa_summary;   // e.g. "avx2 fma f16c avx512f avx512bw avx512dq avx512vl avx512bf16"
+  // The ISA tier the cpu backend's kernels run (baseline|avx2|avx512|avx512bf16|amx): the highest
+  // this CPU, its OS and the build support (cpu_tier_detected), lowered by ATTNOPS_CPU_ISA.
+  std::string cpu_tier, cpu_tier_detected;
+  std::string cpu_tier_detail;  // what was detected, why the next tier was refused, the cap
 };
 
 // One Vulkan physical device as the loader reports it, with the limits attnops relies on.

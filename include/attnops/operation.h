@@ -1,10 +1,11 @@
 // OperationImpl: the interface every attention operator implements (as EasyDeL's OperationImpl).
 //
 // An operator has a canonical name and aliases, holds its OperationMetadata, and provides one
-// forward per backend. forward_native is the portable reference; forward_cpu (Eigen + OpenMP),
-// forward_gpu (Vulkan) and forward_tpu are optional: the defaults throw Error(not_implemented)
-// and, for tpu, Error(backend_unavailable). The dispatcher never calls a forward whose
-// check_backend() rejected the call, so those throws are a safety net, not control flow.
+// forward per backend. forward_native is the portable reference; forward_cpu (OpenMP + SIMD,
+// one ISA tier chosen at run time), forward_gpu (Vulkan) and forward_tpu are optional: the
+// defaults throw Error(not_implemented) and, for tpu, Error(backend_unavailable). The dispatcher
+// never calls a forward whose check_backend() rejected the call, so those throws are a safety
+// net, not control flow.
 //
 // The backward pass mirrors this: implements_backward / check_backward_inputs gate the
 // candidates, backward_native is the fp64 oracle, backward_cpu / backward_gpu / backward_tpu are

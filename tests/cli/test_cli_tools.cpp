@@ -241,8 +241,13 @@ TEST(CliBench, SmallSweepWritesTableCsvJsonAndPlot) {
 
   const auto doc = nlohmann::json::parse(testing::read_file(dir.file("b.json")));
   ASSERT_EQ(doc["rows"].size(), 16u);
+  EXPECT_FALSE(doc["sgemm"]["isa"].get<std::string>().empty()) << doc["sgemm"].dump();
+  const std::string tier = registry().host().cpu().cpu_tier;  // the rows name the cpu tier that ran
   for (const auto& row : doc["rows"]) {
     EXPECT_EQ(row["error"], "") << row.dump();
+    if (row["backend"] == "cpu") {
+      EXPECT_EQ(row["kernel"], tier) << row.dump();
+    }
     EXPECT_GT(row["gflops"].get<double>(), 0) << row.dump();
     EXPECT_LT(row["max_err"].get<double>(), 1e-4) << row.dump();
     if (row["backend_requested"] == "native") {

@@ -117,7 +117,11 @@ AttentionProblem problem_for(const Case& c, std::int64_t bq, std::int64_t bk, st
 }
 
 Comparison compare_with_oracle(const AttentionProblem& p, const AttentionBuffers& got) {
-  const native::ReferenceResult ref = native::reference_attention_f64(p, false);
+  return compare_with_reference(p, native::reference_attention_f64(p, false), got);
+}
+
+Comparison compare_with_reference(const AttentionProblem& p, const native::ReferenceResult& ref,
+                                  const AttentionBuffers& got) {
   Comparison r;
   for (std::size_t i = 0; i < ref.out.size(); ++i) {
     const double g = got.out.at(i);
@@ -149,8 +153,24 @@ Comparison compare_with_oracle(const AttentionProblem& p, const AttentionBuffers
 
 ::testing::AssertionResult within_tolerance(const AttentionProblem& p, const AttentionBuffers& got,
                                             std::optional<Tolerance> tol) {
+  return within_tolerance(p, native::reference_attention_f64(p, false), got, tol);
+}
+
+std::vector<cpu::Isa> cpu_tiers_to_test() {
+  std::vector<cpu::Isa> tiers;
+  const cpu::Isa top = cpu::choose_isa().tier;
+  for (int i = 0; i <= static_cast<int>(top); ++i) tiers.push_back(static_cast<cpu::Isa>(i));
+  return tiers;
+}
+
+std::string tier_label(cpu::Isa isa) {
+  return "tier " + std::string(cpu::isa_name(isa));
+}
+
+::testing::AssertionResult within_tolerance(const AttentionProblem& p, const native::ReferenceResult& ref,
+                                            const AttentionBuffers& got, std::optional<Tolerance> tol) {
   const Tolerance t = tol.value_or(tolerance_for(p.dtype));
-  const Comparison c = compare_with_oracle(p, got);
+  const Comparison c = compare_with_reference(p, ref, got);
   if (c.out_finite && c.max_out_err <= t.out && c.lse_inf_rows_match && c.max_lse_err <= t.lse)
     return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << "max |out err| " << c.max_out_err << " (tol " << t.out << ") at "

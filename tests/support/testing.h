@@ -16,6 +16,8 @@
 #include <gtest/gtest.h>
 
 #include "attnops/attnops.h"
+#include "backends/cpu/isa.h"
+#include "backends/native/reference.h"
 
 namespace attnops::testing {
 
@@ -77,9 +79,22 @@ struct Comparison {
 };
 // Compares `got` with the fp64 oracle for problem p (lse only if got.lse is set).
 Comparison compare_with_oracle(const AttentionProblem& p, const AttentionBuffers& got);
+// The same against an oracle result computed once (several kernels checked on one case).
+Comparison compare_with_reference(const AttentionProblem& p, const native::ReferenceResult& ref,
+                                  const AttentionBuffers& got);
 
 // gtest assertion helper: EXPECT_TRUE(within_tolerance(p, got)) prints the comparison.
 ::testing::AssertionResult within_tolerance(const AttentionProblem& p, const AttentionBuffers& got,
                                             std::optional<Tolerance> tol = std::nullopt);
+::testing::AssertionResult within_tolerance(const AttentionProblem& p, const native::ReferenceResult& ref,
+                                            const AttentionBuffers& got, std::optional<Tolerance> tol = std::nullopt);
+
+// The CPU ISA tiers the kernel tests run: every tier from baseline up to the one the backend
+// chooses now (the detected tier, capped by ATTNOPS_CPU_ISA), so that `ATTNOPS_CPU_ISA=avx2
+// ctest` tests baseline and avx2 only. Tiers above are the CPU's (or the cap's) to refuse; the
+// tests in tests/tiers report them as skipped with the reason.
+std::vector<cpu::Isa> cpu_tiers_to_test();
+// "tier avx2" for failure messages.
+std::string tier_label(cpu::Isa isa);
 
 }  // namespace attnops::testing

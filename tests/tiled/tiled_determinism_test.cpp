@@ -1,6 +1,6 @@
-// The fast CPU kernel is deterministic: with the same block sizes, repeated runs and runs with
-// 1 and 2 threads give bitwise identical outputs and lse (each query row is computed by one
-// thread in a fixed order; no reduction depends on the schedule).
+// The fast CPU kernel is deterministic on every ISA tier: with the same block sizes, repeated
+// runs and runs with 1 and 2 threads give bitwise identical outputs and lse (each query row is
+// computed by one thread in a fixed order; no reduction depends on the schedule).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,15 +9,16 @@
 #include "attnops/attnops.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/cpu/tiled_cpu.h"
+#include "backends/native/reference.h"
 #include "tests/support/testing.h"
 
 namespace attnops {
 namespace {
 
-AttentionBuffers run_cpu(AttentionProblem& p, const BlockMap& map, int threads) {
+AttentionBuffers run_cpu(AttentionProblem& p, const BlockMap& map, int threads, cpu::Isa tier) {
   p.num_threads = threads;
   AttentionBuffers b = allocate_buffers(p);
-  cpu::tiled_attention(p, map, b);
+  cpu::tiled_attention(p, map, b, tier);
   return b;
 }
 
@@ -49,14 +50,18 @@ TEST(TiledDeterminism, BitwiseEqualAcrossRunsAndThreadCounts) {
     const testing::Case c = testing::make_case(s, 77);
     AttentionProblem p = testing::problem_for(c, var.bq, var.bk);
     const BlockMap map = build_block_map(p.mask, p.Hq, p.Tq, p.Tk, var.bq, var.bk);
-    const AttentionBuffers one = run_cpu(p, map, 1);
-    const AttentionBuffers two = run_cpu(p, map, 2);
-    const AttentionBuffers two_again = run_cpu(p, map, 2);
-    const AttentionBuffers one_again = run_cpu(p, map, 1);
-    EXPECT_TRUE(bitwise_equal(one, two)) << "1 thread vs 2 threads";
-    EXPECT_TRUE(bitwise_equal(two, two_again)) << "repeated 2-thread runs";
-    EXPECT_TRUE(bitwise_equal(one, one_again)) << "repeated 1-thread runs";
-    EXPECT_TRUE(testing::within_tolerance(p, two));  // and the common result is right
+    const native::ReferenceResult ref = native::reference_attention_f64(p, false);
+    for (const cpu::Isa tier : testing::cpu_tiers_to_test()) {
+      SCOPED_TRACE(testing::tier_label(tier));
+      const AttentionBuffers one = run_cpu(p, map, 1, tier);
+      const AttentionBuffers two = run_cpu(p, map, 2, tier);
+      const AttentionBuffers two_again = run_cpu(p, map, 2, tier);
+      const AttentionBuffers one_again = run_cpu(p, map, 1, tier);
+      EXPECT_TRUE(bitwise_equal(one, two)) << "1 thread vs 2 threads";
+      EXPECT_TRUE(bitwise_equal(two, two_again)) << "repeated 2-thread runs";
+      EXPECT_TRUE(bitwise_equal(one, one_again)) << "repeated 1-thread runs";
+      EXPECT_TRUE(testing::within_tolerance(p, ref, two));  // and the common result is right
+    }
   }
 }
 

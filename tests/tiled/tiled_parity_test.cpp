@@ -2,7 +2,9 @@
 // inputs: odd sizes that are not multiples of any block size, Tq != Tk, head dims that are not
 // powers of two, GQA 1..16, every mask kind and combination, segments, bias (full and
 // broadcast), soft cap, sinks, fully masked rows, f32 / f16 / bf16, several block sizes.
-// Both kernels are also checked against each other.
+// The fast CPU kernel runs on every ISA tier this machine runs (testing::cpu_tiers_to_test: up
+// to the detected tier, or ATTNOPS_CPU_ISA's cap), each checked against the oracle computed
+// once per case and against the native kernel.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -75,15 +77,18 @@ TEST_P(TiledParity, NativeAndCpuMatchOracle) {
   native::tiled_attention(p, map, nat);
   EXPECT_TRUE(matches_oracle(p, ref, nat)) << "native tiled";
 
-  AttentionBuffers fast = allocate_buffers(p);
-  cpu::tiled_attention(p, map, fast);
-  EXPECT_TRUE(matches_oracle(p, ref, fast)) << "cpu tiled";
+  for (const cpu::Isa tier : testing::cpu_tiers_to_test()) {
+    AttentionBuffers fast = allocate_buffers(p);
+    cpu::tiled_attention(p, map, fast, tier);
+    EXPECT_TRUE(matches_oracle(p, ref, fast)) << "cpu tiled, " << testing::tier_label(tier);
+    EXPECT_EQ(fast.run.kernel, cpu::isa_name(tier)) << fast.run.kernel_detail;
 
-  // The two kernels agree with each other at least as closely as each does with the oracle.
-  double diff = 0;
-  for (std::size_t i = 0; i < static_cast<std::size_t>(nat.out.numel()); ++i)
-    diff = std::max(diff, static_cast<double>(std::abs(nat.out.at(i) - fast.out.at(i))));
-  EXPECT_LE(diff, testing::tolerance_for(p.dtype).out) << "native vs cpu";
+    // The two kernels agree with each other at least as closely as each does with the oracle.
+    double diff = 0;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(nat.out.numel()); ++i)
+      diff = std::max(diff, static_cast<double>(std::abs(nat.out.at(i) - fast.out.at(i))));
+    EXPECT_LE(diff, testing::tolerance_for(p.dtype).out) << "native vs cpu, " << testing::tier_label(tier);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Explicit, TiledParity, ::testing::ValuesIn(tiled_test::explicit_cases()),
@@ -112,11 +117,14 @@ TEST(TiledStrides, SlicedViewsMatchOracle) {
     ASSERT_NE(p.q.stride(1), Hq * D) << "the test needs a strided view";
     const BlockMap map = build_block_map(p.mask, p.Hq, p.Tq, p.Tk, 16, 32);
     const native::ReferenceResult ref = native::reference_attention_f64(p, false);
-    AttentionBuffers nat = allocate_buffers(p), fast = allocate_buffers(p);
+    AttentionBuffers nat = allocate_buffers(p);
     native::tiled_attention(p, map, nat);
-    cpu::tiled_attention(p, map, fast);
     EXPECT_TRUE(matches_oracle(p, ref, nat)) << dtype_name(dt);
-    EXPECT_TRUE(matches_oracle(p, ref, fast)) << dtype_name(dt);
+    for (const cpu::Isa tier : testing::cpu_tiers_to_test()) {
+      AttentionBuffers fast = allocate_buffers(p);
+      cpu::tiled_attention(p, map, fast, tier);
+      EXPECT_TRUE(matches_oracle(p, ref, fast)) << dtype_name(dt) << " " << testing::tier_label(tier);
+    }
   }
 }
 
@@ -135,11 +143,15 @@ TEST(TiledEdges, EmptySequences) {
       EXPECT_EQ(map.num_blocks(), 0);
     }
     const native::ReferenceResult ref = native::reference_attention_f64(p, false);
-    AttentionBuffers nat = allocate_buffers(p), fast = allocate_buffers(p);
+    AttentionBuffers nat = allocate_buffers(p);
     native::tiled_attention(p, map, nat);
-    cpu::tiled_attention(p, map, fast);
     EXPECT_TRUE(matches_oracle(p, ref, nat)) << "B=" << B << " Tq=" << Tq << " Tk=" << Tk;
-    EXPECT_TRUE(matches_oracle(p, ref, fast)) << "B=" << B << " Tq=" << Tq << " Tk=" << Tk;
+    for (const cpu::Isa tier : testing::cpu_tiers_to_test()) {
+      AttentionBuffers fast = allocate_buffers(p);
+      cpu::tiled_attention(p, map, fast, tier);
+      EXPECT_TRUE(matches_oracle(p, ref, fast))
+          << "B=" << B << " Tq=" << Tq << " Tk=" << Tk << " " << testing::tier_label(tier);
+    }
   }
 }
 

@@ -53,11 +53,8 @@ TEST_P(VanillaDecodeRandom, MatchesOracleWithOneTwoAndThreeThreads) {
   const Case c = make_case(spec, seed);
   AttentionProblem p = problem_for(c);
   ASSERT_LE(p.Tq, cpu::kDecodeMaxQ);
-  for (int threads : {1, 2, 3}) {
-    const AttentionBuffers got = run_cpu(p, threads);
-    EXPECT_TRUE(within_tolerance(p, got))
-        << c.describe() << " threads=" << threads << " splits=" << cpu::vanilla_decode_splits(p, threads);
-  }
+  expect_all_tiers_match(p, {1, 2, 3},
+                         c.describe() + " splits(2 threads)=" + std::to_string(cpu::vanilla_decode_splits(p, 2)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, VanillaDecodeRandom, ::testing::Range(0, random_case_count(150)));
@@ -79,9 +76,7 @@ TEST_P(VanillaDecodeSplit, LongCacheSplitAcrossThreadsMatchesOracle) {
   const Case c = make_case(s, 31);
   AttentionProblem p = problem_for(c);
   ASSERT_GT(cpu::vanilla_decode_splits(p, 2), 1);
-  for (int threads : {1, 2}) {
-    EXPECT_TRUE(within_tolerance(p, run_cpu(p, threads))) << c.describe() << " threads=" << threads;
-  }
+  expect_all_tiers_match(p, {1, 2}, c.describe());
 }
 
 INSTANTIATE_TEST_SUITE_P(EveryMaskKind, VanillaDecodeSplit,
@@ -97,12 +92,15 @@ TEST(VanillaDecode, SplitResultIsDeterministicForAThreadCount) {
   const Case c = make_case(s, 4);
   AttentionProblem p = problem_for(c);
   ASSERT_GT(cpu::vanilla_decode_splits(p, 2), 1);
-  const AttentionBuffers a = run_cpu(p, 2);
-  EXPECT_TRUE(within_tolerance(p, a)) << c.describe();
-  for (int rep = 0; rep < 3; ++rep) {
-    const AttentionBuffers b = run_cpu(p, 2);
-    EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.nbytes()), 0);
-    EXPECT_EQ(std::memcmp(a.lse->data(), b.lse->data(), a.lse->nbytes()), 0);
+  const native::ReferenceResult ref = native::reference_attention_f64(p, false);
+  for (const cpu::Isa tier : cpu_tiers_to_test()) {
+    const AttentionBuffers a = run_cpu(p, 2, tier);
+    EXPECT_TRUE(within_tolerance(p, ref, a)) << c.describe() << " " << tier_label(tier);
+    for (int rep = 0; rep < 3; ++rep) {
+      const AttentionBuffers b = run_cpu(p, 2, tier);
+      EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.nbytes()), 0) << tier_label(tier);
+      EXPECT_EQ(std::memcmp(a.lse->data(), b.lse->data(), a.lse->nbytes()), 0) << tier_label(tier);
+    }
   }
 }
 
@@ -114,7 +112,7 @@ TEST(VanillaDecode, FullyMaskedRowsGiveZeroAndMinusInf) {
     s.sinks = true;
     const Case c = make_case(s, 9);
     AttentionProblem p = problem_for(c);
-    EXPECT_TRUE(within_tolerance(p, run_cpu(p, 2))) << c.describe();
+    expect_all_tiers_match(p, {2}, c.describe());
 
     CaseSpec t = shape_spec(1, 1, 3000, 8, 1, 64, dt, false);
     Case d = make_case(t, 10);
@@ -125,10 +123,12 @@ TEST(VanillaDecode, FullyMaskedRowsGiveZeroAndMinusInf) {
     d.options.segment_ids_q = seg_q.view();
     d.options.segment_ids_kv = seg_kv.view();
     AttentionProblem q = problem_for(d);
-    const AttentionBuffers got = run_cpu(q, 2);
-    EXPECT_TRUE(within_tolerance(q, got)) << d.describe();
-    for (std::int64_t i = 0; i < got.out.numel(); ++i)
-      EXPECT_EQ(got.out.at(static_cast<std::size_t>(i)), 0.f);
+    for (const cpu::Isa tier : cpu_tiers_to_test()) {
+      const AttentionBuffers got = run_cpu(q, 2, tier);
+      EXPECT_TRUE(within_tolerance(q, got)) << d.describe() << " " << tier_label(tier);
+      for (std::int64_t i = 0; i < got.out.numel(); ++i)
+        EXPECT_EQ(got.out.at(static_cast<std::size_t>(i)), 0.f) << tier_label(tier);
+    }
   }
 }
 

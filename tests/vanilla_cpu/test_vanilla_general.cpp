@@ -48,10 +48,7 @@ TEST_P(VanillaGeneralRandom, MatchesOracleWithOneAndTwoThreads) {
   const CaseSpec spec = random_prefill_spec(seed);
   const Case c = make_case(spec, seed);
   AttentionProblem p = problem_for(c);
-  for (int threads : {1, 2}) {
-    const AttentionBuffers got = run_cpu(p, threads);
-    EXPECT_TRUE(within_tolerance(p, got)) << c.describe() << " threads=" << threads;
-  }
+  expect_all_tiers_match(p, {1, 2}, c.describe());
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, VanillaGeneralRandom, ::testing::Range(0, random_case_count(150)));
@@ -63,7 +60,7 @@ TEST(VanillaGeneral, LargeLogitsStayAccurate) {
     s.scale_inputs = 12.f;
     const Case c = make_case(s, 11);
     AttentionProblem p = problem_for(c);
-    EXPECT_TRUE(within_tolerance(p, run_cpu(p, 2))) << c.describe();
+    expect_all_tiers_match(p, {2}, c.describe());
   }
 }
 
@@ -120,11 +117,10 @@ TEST(VanillaGeneral, FullyMaskedChunksAreSkippedCorrectly) {
   s.window = Window{0, 0};
   const Case c = make_case(s, 8);
   AttentionProblem p = problem_for(c);
-  EXPECT_TRUE(within_tolerance(p, run_cpu(p, 2))) << c.describe();
+  expect_all_tiers_match(p, {2}, c.describe());
 }
 
-// The kernel pins Eigen's GEMMs to one thread inside its own parallel region; that setting must
-// not leak into the caller's OpenMP state.
+// The kernel's own parallel region must not change the caller's OpenMP state.
 TEST(VanillaGeneral, LeavesCallerThreadCountAlone) {
   const int before = omp_get_max_threads();
   const Case c = make_case(shape_spec(1, 64, 64, 4, 4, 64, DType::f32), 2);
@@ -146,19 +142,60 @@ TEST_P(VanillaWeights, EqualOracleWeights) {
   p.want_weights = true;
   const AttentionBuffers got = run_cpu(p, 2);
   ASSERT_TRUE(got.weights.has_value());
-  EXPECT_TRUE(within_tolerance(p, got)) << c.describe();
   const native::ReferenceResult ref = native::reference_attention_f64(p, true);
-  ASSERT_EQ(ref.weights.size(), static_cast<std::size_t>(got.weights->numel()));
-  double worst = 0;
-  for (std::size_t i = 0; i < ref.weights.size(); ++i) {
-    const double e = std::abs(static_cast<double>(got.weights->data_as<float>()[i]) - ref.weights[i]);
-    worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(worst, e);
+  for (const cpu::Isa tier : cpu_tiers_to_test()) {
+    const AttentionBuffers g = run_cpu(p, 2, tier);
+    EXPECT_TRUE(within_tolerance(p, ref, g)) << c.describe() << " " << tier_label(tier);
+    ASSERT_EQ(ref.weights.size(), static_cast<std::size_t>(g.weights->numel()));
+    double worst = 0;
+    for (std::size_t i = 0; i < ref.weights.size(); ++i) {
+      const double e = std::abs(static_cast<double>(g.weights->data_as<float>()[i]) - ref.weights[i]);
+      worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(worst, e);
+    }
+    // Probabilities are in [0, 1] and the inputs are the same rounded values: fp32 rounding only.
+    EXPECT_LE(worst, 2e-5) << c.describe() << " " << tier_label(tier);
   }
-  // Probabilities are in [0, 1] and the inputs are the same rounded values: fp32 rounding only.
-  EXPECT_LE(worst, 2e-5) << c.describe();
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, VanillaWeights, ::testing::Range(0, 32));
+
+// The plan's two layouts and its GQA-group splits (vanilla_plan.cpp), forced on small shapes by
+// a small working-set cap: lanes over rows with one q head of a group per task, and the
+// row-major layout (16 rows of scores would not fit), with weights, on every tier.
+TEST(VanillaPlanLayouts, SmallCapsMatchOracle) {
+  // Rows of Tk + D + Dv = 125 floats; the lanes layout needs 16 * (125 + 6) + 56 = 2152 floats.
+  struct Cap {
+    std::int64_t floats, Hq;
+    bool lanes_over_rows;
+  };
+  for (DType dt : kDtypes)
+    for (const Cap cap : {Cap{2200, 32, true}, Cap{300, 8, false}, Cap{50, 8, false}}) {
+      CaseSpec s = shape_spec(2, 23, 61, cap.Hq, cap.Hq / 4, 24, dt, true, 40);
+      if (cap.lanes_over_rows) s.Hkv = 1;  // G = 32 rows per query: more than the 16 lanes that fit
+      s.bias = true;
+      s.sinks = true;
+      const Case c = make_case(s, 31);
+      AttentionProblem p = problem_for(c);
+      p.want_weights = true;
+      p.num_threads = 2;
+      const cpu::VanillaPlan pl = cpu::vanilla_plan(p, 2, cap.floats);
+      ASSERT_EQ(pl.lanes_over_rows, cap.lanes_over_rows) << cap.floats;
+      EXPECT_LT(pl.gc, p.group()) << "the cap should split the GQA group, cap " << cap.floats;
+      const native::ReferenceResult ref = native::reference_attention_f64(p, true);
+      for (const cpu::Isa tier : cpu_tiers_to_test()) {
+        AttentionBuffers got = allocate_buffers(p);
+        cpu::vanilla_general(p, got, tier, pl);
+        EXPECT_TRUE(within_tolerance(p, ref, got))
+            << c.describe() << " cap=" << cap.floats << " " << tier_label(tier);
+        double worst = 0;
+        for (std::size_t i = 0; i < ref.weights.size(); ++i) {
+          const double e = std::abs(static_cast<double>(got.weights->data_as<float>()[i]) - ref.weights[i]);
+          worst = std::isnan(e) ? std::numeric_limits<double>::infinity() : std::max(worst, e);
+        }
+        EXPECT_LE(worst, 2e-5) << c.describe() << " cap=" << cap.floats << " " << tier_label(tier);
+      }
+    }
+}
 
 }  // namespace
 }  // namespace attnops::testing::vanilla

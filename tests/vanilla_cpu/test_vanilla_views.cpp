@@ -51,10 +51,12 @@ TEST_P(VanillaViews, KvCacheSliceAndHeadSliceMatchOracle) {
   AttentionProblem strided = make_problem(qv, kv, vv, c.options, md);
   ASSERT_NE(strided.k.stride(1), 2 * 80) << "the kernel must see the cache's strides, not a copy";
   AttentionProblem dense = problem_for(c);
-  for (int threads : {1, 2}) {
-    const AttentionBuffers a = run_cpu(strided, threads);
-    EXPECT_TRUE(within_tolerance(dense, a)) << c.describe() << " threads=" << threads;
-  }
+  const native::ReferenceResult ref = native::reference_attention_f64(dense, false);
+  for (const cpu::Isa tier : cpu_tiers_to_test())
+    for (int threads : {1, 2}) {
+      const AttentionBuffers a = run_cpu(strided, threads, tier);
+      EXPECT_TRUE(within_tolerance(dense, ref, a)) << c.describe() << " threads=" << threads << " " << tier_label(tier);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <random>
 #include <string>
 
@@ -12,12 +14,25 @@
 
 namespace attnops::testing::vanilla {
 
-// Runs cpu::vanilla_attention on p with `threads` OpenMP threads into fresh buffers.
-inline AttentionBuffers run_cpu(AttentionProblem& p, int threads) {
+// Runs cpu::vanilla_attention on p with `threads` OpenMP threads into fresh buffers, on the
+// chosen ISA tier or on `tier`.
+inline AttentionBuffers run_cpu(AttentionProblem& p, int threads, std::optional<cpu::Isa> tier = std::nullopt) {
   p.num_threads = threads;
   AttentionBuffers b = allocate_buffers(p);
-  cpu::vanilla_attention(p, b);
+  if (tier)
+    cpu::vanilla_attention(p, b, *tier);
+  else
+    cpu::vanilla_attention(p, b);
   return b;
+}
+
+// Checks p on every tier of cpu_tiers_to_test() with each thread count, against the oracle
+// computed once. `what` names the case in failure messages.
+inline void expect_all_tiers_match(AttentionProblem& p, std::initializer_list<int> threads, const std::string& what) {
+  const native::ReferenceResult ref = native::reference_attention_f64(p, false);
+  for (const cpu::Isa tier : cpu_tiers_to_test())
+    for (int t : threads)
+      EXPECT_TRUE(within_tolerance(p, ref, run_cpu(p, t, tier))) << what << " threads=" << t << " " << tier_label(tier);
 }
 
 // A case spec with the given shape and no optional feature (set fields afterwards).

@@ -1,0 +1,170 @@
+// The CPU backend's entry points (baseline code): validate the call, choose the ISA tier, call
+// that tier's kernel through its TierKernels table and record what ran in buffers.run.
+#include <omp.h>
+
+#include <algorithm>
+#include <limits>
+#include <new>
+#include <optional>
+#include <string>
+
+#include "attnops/error.h"
+#include "backends/common/block_map_impl.h"
+#include "backends/common/threads.h"
+#include "backends/cpu/isa.h"
+#include "backends/cpu/tier_kernels.h"
+#include "backends/cpu/tiled_backward.h"
+#include "backends/cpu/tiled_cpu.h"
+#include "backends/cpu/vanilla_cpu.h"
+#include "backends/cpu/vanilla_decode.h"
+
+namespace attnops::cpu {
+
+const TierKernels& tier_kernels(Isa isa) {
+#if defined(ATTNOPS_CPU_X86_TIERS)
+  switch (isa) {
+    case Isa::baseline:
+      return tier_baseline::tier_kernels();
+    case Isa::avx2:
+      return tier_avx2::tier_kernels();
+    case Isa::avx512:
+      return tier_avx512::tier_kernels();
+    case Isa::avx512bf16:
+      return tier_avx512bf16::tier_kernels();
+    case Isa::amx:
+      return tier_amx::tier_kernels();
+  }
+#endif
+  if (isa != Isa::baseline)
+    throw Error(ErrorCode::backend_unavailable, "cpu tier " + std::string(isa_name(isa)) +
+                                                    " is not compiled into this build (baseline only)");
+  return tier_baseline::tier_kernels();
+}
+
+namespace {
+
+// The chosen tier, or `forced` when given (it must be one this CPU runs).
+IsaChoice choice_for(std::optional<Isa> forced) {
+  if (!forced) return choose_isa();
+  IsaChoice c = choose_isa_capped(*forced);
+  if (c.tier != *forced || !isa_compiled(*forced))
+    throw Error(ErrorCode::backend_unavailable, "cpu tier " + std::string(isa_name(*forced)) +
+                                                    " requested, but this CPU and build run at most " +
+                                                    std::string(isa_name(c.detected)) + " (" + c.detail +
+                                                    ")");
+  c.detail += "; tier " + std::string(isa_name(*forced)) + " forced by the caller";
+  return c;
+}
+
+void record(RunInfo& run, const IsaChoice& c, const char* path) {
+  run.kernel = std::string(isa_name(c.tier));
+  run.kernel_detail = std::string(path) + "; " + c.detail;
+}
+void record(AttentionBuffers& buffers, const IsaChoice& c, const char* path) {
+  record(buffers.run, c, path);
+}
+
+// Runs a tier's kernel: the kernels allocate their scratch before any parallel region and throw
+// nothing but std::bad_alloc, which becomes a typed error naming the kernel here.
+template <class F>
+const char* guarded(const char* where, F&& kernel) {
+  try {
+    return kernel();
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::out_of_memory, std::string(where) + ": cannot allocate the kernel's scratch");
+  }
+}
+
+void run_tiled(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers,
+               std::optional<Isa> forced) {
+  if (map.Tq != p.Tq || map.Tk != p.Tk || (map.heads != 1 && map.heads != p.Hq))
+    throw Error(ErrorCode::shape_mismatch,
+                "cpu tiled_attention: block map built for Tq=" + std::to_string(map.Tq) +
+                    " Tk=" + std::to_string(map.Tk) + " heads=" + std::to_string(map.heads) +
+                    ", expected Tq=" + std::to_string(p.Tq) + " Tk=" + std::to_string(p.Tk) + " heads=1 or " +
+                    std::to_string(p.Hq));
+  if (!is_float(p.dtype))
+    throw Error(
+        ErrorCode::unsupported_dtype,
+        "cpu tiled_attention: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
+  const IsaChoice c = choice_for(forced);
+  record(buffers, c,
+         guarded("cpu tiled_attention", [&] { return tier_kernels(c.tier).tiled(p, map, buffers); }));
+}
+
+void run_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads,
+                  std::optional<Isa> forced) {
+  const AttentionProblem& p = bp.fwd;
+  if (map.Tq != p.Tq || map.Tk != p.Tk || (map.heads != 1 && map.heads != p.Hq))
+    throw Error(ErrorCode::shape_mismatch,
+                "cpu tiled_backward: block map built for Tq=" + std::to_string(map.Tq) +
+                    " Tk=" + std::to_string(map.Tk) + " heads=" + std::to_string(map.heads) +
+                    ", expected Tq=" + std::to_string(p.Tq) + " Tk=" + std::to_string(p.Tk) + " heads=1 or " +
+                    std::to_string(p.Hq));
+  if (!is_float(p.dtype))
+    throw Error(
+        ErrorCode::unsupported_dtype,
+        "cpu tiled_backward: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
+  const IsaChoice c = choice_for(forced);
+  record(grads.run, c,
+         guarded("cpu tiled_backward", [&] { return tier_kernels(c.tier).backward(bp, map, grads); }));
+}
+
+void run_vanilla(const AttentionProblem& p, AttentionBuffers& buffers, std::optional<Isa> forced,
+                 const VanillaPlan* plan = nullptr) {
+  const IsaChoice c = choice_for(forced);
+  if (p.B == 0 || p.Tq == 0 || p.Hq == 0) return;
+  if (p.Tk == 0) {  // nothing to attend to: output stays 0, every lse is -inf
+    if (buffers.lse) {
+      float* l = buffers.lse->data_as<float>();
+      std::fill(l, l + buffers.lse->numel(), -std::numeric_limits<float>::infinity());
+    }
+    return;
+  }
+  const TierKernels& k = tier_kernels(c.tier);
+  const int threads = worker_threads(p.num_threads);
+  // The decode path cannot return the weights (it never materialises a whole row).
+  if (!plan && p.Tq <= kDecodeMaxQ && !p.want_weights) {
+    record(buffers, c, guarded("vanilla cpu", [&] {
+             return k.vanilla_decode(p, buffers, threads, vanilla_decode_splits(p, threads));
+           }));
+    return;
+  }
+  const VanillaPlan pl = plan ? *plan : vanilla_plan(p, threads);
+  record(buffers, c, guarded("vanilla cpu", [&] { return k.vanilla_general(p, buffers, threads, pl); }));
+}
+
+}  // namespace
+
+void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers) {
+  run_tiled(p, map, buffers, std::nullopt);
+}
+void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers, Isa tier) {
+  run_tiled(p, map, buffers, tier);
+}
+void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads) {
+  run_backward(bp, map, grads, std::nullopt);
+}
+void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads, Isa tier) {
+  run_backward(bp, map, grads, tier);
+}
+void vanilla_attention(const AttentionProblem& p, AttentionBuffers& buffers) {
+  run_vanilla(p, buffers, std::nullopt);
+}
+void vanilla_attention(const AttentionProblem& p, AttentionBuffers& buffers, Isa tier) {
+  run_vanilla(p, buffers, tier);
+}
+void vanilla_general(const AttentionProblem& p, AttentionBuffers& buffers, Isa tier,
+                     const VanillaPlan& plan) {
+  run_vanilla(p, buffers, tier, &plan);
+}
+
+std::int64_t vanilla_decode_splits(const AttentionProblem& p, int threads) {
+  const std::int64_t B = std::max<std::int64_t>(1, p.B);
+  // About four tasks per thread, so dynamic scheduling evens out kv ranges that masks made uneven.
+  const std::int64_t want = (4 * static_cast<std::int64_t>(threads) + B - 1) / B;
+  const std::int64_t most = std::max<std::int64_t>(1, p.Tk / kMinSplitKeys);
+  return std::clamp<std::int64_t>(want, 1, most);
+}
+
+}  // namespace attnops::cpu

@@ -1,0 +1,56 @@
+// The table of kernels that one ISA tier provides, and the lookup by tier.
+//
+// Every per-tier kernel source (backends/cpu/tiers.cmake, ATTNOPS_CPU_TIER_SOURCES) is compiled
+// once per tier inside namespace attnops::cpu::tier_<name>; tier_table.cpp, compiled per tier as
+// well, collects that tier's entry points into its TierKernels. The dispatch code (baseline)
+// picks a table with tier_kernels(Isa) and calls through it. Adding a kernel: see README.md.
+#pragma once
+
+#include "attnops/problem.h"
+#include "backends/cpu/isa.h"
+
+namespace attnops {
+struct BlockMap;
+struct BackwardProblem;
+struct GradientBuffers;
+}  // namespace attnops
+
+namespace attnops::cpu {
+
+struct VanillaPlan;
+
+// Entry points of one tier. Each returns a short static text naming the code path it took
+// (e.g. "f32 FMA micro-kernels", "bf16 VDPBF16PS"), which the dispatch adds to RunInfo.
+// Inputs are validated before the call (cpu_dispatch.cpp): the kernels do not throw
+// attnops::Error, only std::bad_alloc.
+struct TierKernels {
+  Isa isa;
+  // Flash / blocksparse (tiled_cpu.cpp): every tile of `map` of every (batch, q head, q block).
+  const char* (*tiled)(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers);
+  // Vanilla, materialised scores (vanilla_cpu.cpp; tasks and scratch as `plan` says) and decode
+  // streaming (vanilla_decode.cpp).
+  const char* (*vanilla_general)(const AttentionProblem& p, AttentionBuffers& buffers, int threads,
+                                 const VanillaPlan& plan);
+  const char* (*vanilla_decode)(const AttentionProblem& p, AttentionBuffers& buffers, int threads,
+                                std::int64_t splits);
+  // The backward of every operator (tiled_backward.cpp): dq, dk, dv (dsinks, dbias) over `map`.
+  const char* (*backward)(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads);
+};
+
+// Each tier's table, defined by tier_table.cpp compiled for that tier.
+#define ATTNOPS_CPU_DECLARE_TIER(ns) \
+  namespace ns {                     \
+  const TierKernels& tier_kernels(); \
+  }
+ATTNOPS_CPU_DECLARE_TIER(tier_baseline)
+ATTNOPS_CPU_DECLARE_TIER(tier_avx2)
+ATTNOPS_CPU_DECLARE_TIER(tier_avx512)
+ATTNOPS_CPU_DECLARE_TIER(tier_avx512bf16)
+ATTNOPS_CPU_DECLARE_TIER(tier_amx)
+#undef ATTNOPS_CPU_DECLARE_TIER
+
+// The table of a compiled tier (isa_compiled(isa)); the caller must also have checked that the
+// CPU runs it (choose_isa): calling a tier above the detected one faults.
+const TierKernels& tier_kernels(Isa isa);
+
+}  // namespace attnops::cpu

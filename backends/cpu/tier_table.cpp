@@ -1,0 +1,15 @@
+// Per-tier source: this tier's TierKernels table (its entry points, see tier_kernels.h).
+// A constant-initialised local: no static initialiser runs in a tier object at load time
+// (it would run on every CPU, before any dispatch).
+#include "backends/cpu/tier_entry.h"
+#include "backends/cpu/tier_kernels.h"
+
+namespace attnops::cpu::ATTNOPS_TIER_NS {
+
+const TierKernels& tier_kernels() {
+  static constexpr TierKernels kTable{static_cast<Isa>(ATTNOPS_TIER_LEVEL), &tiled_forward,
+                                      &vanilla_general_forward, &vanilla_decode_forward, &tiled_backward};
+  return kTable;
+}
+
+}  // namespace attnops::cpu::ATTNOPS_TIER_NS

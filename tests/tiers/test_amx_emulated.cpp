@@ -1,0 +1,54 @@
+// The amx tier's tiled kernel, compiled a second time from the same sources against emulated
+// tiles (ATTNOPS_AMX_EMULATE, backends/cpu/amx_tiles.h: tile configuration, loads, stores, zero and
+// TDPBF16PS in scalar C++ on per-thread tile registers), on bf16 inputs against the fp64 oracle.
+// This proves the AMX path's packing (K rows, V^T, Q^T and P^T pairs), strides, edge blocks and
+// loop structure on any CPU with AVX-512 BF16 (the rest of the tier's code); the real tiles are
+// tested by tests/tiled and TierSupport.amx where the CPU has AMX.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "backends/common/block_map_impl.h"
+#include "backends/cpu/isa.h"
+#include "backends/cpu/tier_kernels.h"
+#include "backends/native/reference.h"
+#include "tests/support/testing.h"
+#include "tests/tiled/tiled_cases.h"
+
+namespace attnops::cpu {
+namespace tier_amx_emulated {
+const TierKernels& tier_kernels();
+}
+namespace {
+
+std::vector<tiled_test::KernelCase> bf16_cases() {
+  std::vector<tiled_test::KernelCase> v = tiled_test::explicit_cases();
+  for (auto& c : tiled_test::random_cases(30, 20261123)) v.push_back(c);
+  for (auto& c : v) c.spec.dtype = DType::bf16;
+  return v;
+}
+
+class AmxEmulated : public ::testing::TestWithParam<tiled_test::KernelCase> {};
+
+TEST_P(AmxEmulated, TiledBf16MatchesOracle) {
+  if (detect_isa().best < Isa::avx512bf16)
+    GTEST_SKIP() << "the emulated amx tier runs the tier's AVX-512 BF16 code, which this CPU lacks ("
+                 << detect_isa().refused << ")";
+  const tiled_test::KernelCase& kc = GetParam();
+  const testing::Case c = testing::make_case(kc.spec, kc.seed);
+  const AttentionProblem p = testing::problem_for(c, kc.bq, kc.bk);
+  SCOPED_TRACE(c.describe() + " bq=" + std::to_string(kc.bq) + " bk=" + std::to_string(kc.bk));
+  const BlockMap map = build_block_map(p.mask, p.Hq, p.Tq, p.Tk, p.blocksize_q, p.blocksize_k);
+  AttentionBuffers got = allocate_buffers(p);
+  const TierKernels& k = tier_amx_emulated::tier_kernels();
+  ASSERT_EQ(k.isa, Isa::amx);
+  const std::string path = k.tiled(p, map, got);
+  EXPECT_NE(path.find("AMX"), std::string::npos) << path;
+  EXPECT_TRUE(testing::within_tolerance(p, got));
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AmxEmulated, ::testing::ValuesIn(bf16_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace attnops::cpu
