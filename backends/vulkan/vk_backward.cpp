@@ -22,6 +22,7 @@
 #include "backends/common/block_map_impl.h"
 #include "backends/vulkan/vk_attention.h"
 #include "backends/vulkan/vk_batch.h"
+#include "backends/vulkan/vk_push_common.h"
 #include "backends/vulkan/vk_runtime.h"
 #include "backends/vulkan/vk_tile_plan.h"
 
@@ -46,16 +47,6 @@ struct BackwardPush {
   std::int32_t loop_b, loop_h;
 };
 static_assert(sizeof(BackwardPush) <= rt::Device::kPushConstantBytes);
-
-enum Flag : std::uint32_t {
-  kCausal = 1,
-  kParamMask = 2,
-  kSegments = 4,
-  kBias = 8,
-  kSinks = 16,
-  kSoftCap = 64,
-  kVec = 128,
-};
 
 // One entry of a map index: (other block << 1 | full, bitset index or ~0u). Matches uvec2.
 struct MapEntry {
@@ -193,32 +184,10 @@ void launch_backward(const BackwardProblem& bp, const GpuSettings& settings, Gra
                                                     ") exceeds maxStorageBufferRange (" + mib(range) + ")");
 
   BackwardPush pc{};
-  pc.B = static_cast<std::int32_t>(p.B);
-  pc.Tq = static_cast<std::int32_t>(p.Tq);
-  pc.Tk = static_cast<std::int32_t>(p.Tk);
-  pc.Hq = static_cast<std::int32_t>(p.Hq);
-  pc.Hkv = static_cast<std::int32_t>(p.Hkv);
-  pc.D = static_cast<std::int32_t>(p.D);
-  pc.Dv = static_cast<std::int32_t>(p.Dv);
-  pc.scale = static_cast<float>(p.scale);
-  pc.soft_cap = p.soft_cap ? static_cast<float>(*p.soft_cap) : 0.f;
-  pc.win_left = pc.win_right = -1;
-  if (const std::optional<ParamMask> pm = param_mask(p.mask)) {
-    const std::int64_t span = p.Tq + p.Tk;  // bounds past the sequence act like no bound
-    pc.flags |= kParamMask | (pm->causal ? kCausal : 0u);
-    if (pm->left >= 0) pc.win_left = clip32(pm->left, span);
-    if (pm->right >= 0) pc.win_right = clip32(pm->right, span);
-    if (pm->chunk > 0) pc.chunk = clip32(pm->chunk, std::max<std::int64_t>(p.Tk, 1));
-  }
-  if (p.has_segments()) pc.flags |= kSegments;
-  if (p.bias) pc.flags |= kBias;
-  if (p.sinks) pc.flags |= kSinks;
-  if (p.soft_cap) pc.flags |= kSoftCap;
+  fill_problem_push(p, param_mask(p.mask), pc);
   const std::size_t es = dtype_size(p.dtype);
   if (static_cast<std::size_t>(p.D) * es % 16 == 0 && static_cast<std::size_t>(p.Dv) * es % 16 == 0)
     pc.flags |= kVec;
-  pc.bias_stride_b = static_cast<std::uint32_t>(p.bias_stride_b);
-  pc.bias_stride_h = static_cast<std::uint32_t>(p.bias_stride_h);
   pc.bias_B = static_cast<std::int32_t>(std::max<std::int64_t>(bp.bias_B, 1));
   pc.bias_H = static_cast<std::int32_t>(std::max<std::int64_t>(bp.bias_H, 1));
   pc.map_heads = static_cast<std::int32_t>(bm.heads);

@@ -34,29 +34,8 @@ MapTile map_tile(const Selection& s) {
 PushConstants base_push(const AttentionProblem& p, const TilePlan& plan) {
   const BlockMap& bm = *plan.map;
   PushConstants pc{};
-  pc.B = static_cast<std::int32_t>(p.B);
-  pc.Tq = static_cast<std::int32_t>(p.Tq);
-  pc.Tk = static_cast<std::int32_t>(p.Tk);
-  pc.Hq = static_cast<std::int32_t>(p.Hq);
-  pc.Hkv = static_cast<std::int32_t>(p.Hkv);
-  pc.D = static_cast<std::int32_t>(p.D);
-  pc.Dv = static_cast<std::int32_t>(p.Dv);
-  pc.scale = static_cast<float>(p.scale);
-  pc.soft_cap = p.soft_cap ? static_cast<float>(*p.soft_cap) : 0.f;
-  pc.win_left = pc.win_right = -1;
-  if (plan.param) {
-    // Bounds past the sequence act like no bound; clipping keeps the shader's int math exact.
-    const std::int64_t span = p.Tq + p.Tk;
-    pc.flags |= kParamMask | (plan.param->causal ? kCausal : 0u);
-    if (plan.param->left >= 0) pc.win_left = clip32(plan.param->left, span);
-    if (plan.param->right >= 0) pc.win_right = clip32(plan.param->right, span);
-    if (plan.param->chunk > 0) pc.chunk = clip32(plan.param->chunk, std::max<std::int64_t>(p.Tk, 1));
-  }
-  if (p.has_segments()) pc.flags |= kSegments;
-  if (p.bias) pc.flags |= kBias;
-  if (p.sinks) pc.flags |= kSinks;
+  fill_problem_push(p, plan.param, pc);
   if (p.want_lse) pc.flags |= kLse;
-  if (p.soft_cap) pc.flags |= kSoftCap;
   // Packed q / k / v (host inputs); device views override these.
   pc.q_sb = static_cast<std::uint32_t>(p.Tq * p.Hq * p.D);
   pc.q_st = static_cast<std::uint32_t>(p.Hq * p.D);
@@ -65,8 +44,6 @@ PushConstants base_push(const AttentionProblem& p, const TilePlan& plan) {
   pc.v_sb = static_cast<std::uint32_t>(p.Tk * p.Hkv * p.Dv);
   pc.v_st = static_cast<std::uint32_t>(p.Hkv * p.Dv);
   set_alignment_flags(pc, dtype_size(p.dtype));
-  pc.bias_stride_b = static_cast<std::uint32_t>(p.bias_stride_b);
-  pc.bias_stride_h = static_cast<std::uint32_t>(p.bias_stride_h);
   pc.map_heads = static_cast<std::int32_t>(bm.heads);
   pc.nq = static_cast<std::int32_t>(bm.nq);
   pc.words_per_row = static_cast<std::int32_t>(bm.words_per_row * 2);  // uint64 -> uint words
@@ -79,8 +56,17 @@ PushConstants base_push(const AttentionProblem& p, const TilePlan& plan) {
 
 void set_alignment_flags(PushConstants& pc, std::size_t elem_size) {
   pc.flags &= ~(kVec | kAligned4);
-  const std::uint64_t at[] = {static_cast<std::uint64_t>(pc.D), static_cast<std::uint64_t>(pc.Dv),
-                              pc.q_off, pc.k_off, pc.v_off, pc.q_sb, pc.q_st, pc.k_sb, pc.k_st, pc.v_sb, pc.v_st};
+  const std::uint64_t at[] = {static_cast<std::uint64_t>(pc.D),
+                              static_cast<std::uint64_t>(pc.Dv),
+                              pc.q_off,
+                              pc.k_off,
+                              pc.v_off,
+                              pc.q_sb,
+                              pc.q_st,
+                              pc.k_sb,
+                              pc.k_st,
+                              pc.v_sb,
+                              pc.v_st};
   // Rows of whole 16-byte vectors that start on 16-byte boundaries are read 16 bytes at a time;
   // rows of whole 4-element groups that start on 4-element boundaries 4 elements at a time.
   bool vec = true, four = true;

@@ -13,6 +13,7 @@
 #include "backends/common/block_map_impl.h"
 #include "backends/vulkan/vk_device.h"
 #include "backends/vulkan/vk_kernel_select.h"
+#include "backends/vulkan/vk_push_common.h"
 #include "backends/vulkan/vk_tile_plan.h"
 
 namespace attnops::vulkan {
@@ -30,18 +31,6 @@ struct PushConstants {
   std::int32_t q_rows, head_rows, nsplit, kv_block;
 };
 static_assert(sizeof(PushConstants) == 31 * 4 && sizeof(PushConstants) <= rt::Device::kPushConstantBytes);
-
-enum Flag : std::uint32_t {
-  kCausal = 1,
-  kParamMask = 2,
-  kSegments = 4,
-  kBias = 8,
-  kSinks = 16,
-  kLse = 32,
-  kSoftCap = 64,
-  kVec = 128,       // every q/k/v row starts on a 16-byte boundary and is whole 16-byte vectors
-  kAligned4 = 256,  // every q/k/v row starts at a multiple of 4 elements, D and Dv multiples of 4
-};
 
 // Descriptor bindings (shaders/attn_io.glsl).
 enum Binding : std::uint32_t {

@@ -77,20 +77,9 @@ layout(push_constant) uniform PushConstants {
 }
 pc;
 
-const uint FLAG_CAUSAL = 1u;      // with FLAG_PARAM_MASK: j <= p
-const uint FLAG_PARAM_MASK = 2u;  // partial tiles evaluate causal/window/chunk from pc
-const uint FLAG_SEGMENTS = 4u;
-const uint FLAG_BIAS = 8u;
-const uint FLAG_SINKS = 16u;
-const uint FLAG_LSE = 32u;
-const uint FLAG_SOFT_CAP = 64u;
-const uint FLAG_VEC = 128u;       // every q/k/v row starts on a 16-byte boundary and is whole vectors
-const uint FLAG_ALIGNED4 = 256u;  // every q/k/v row starts at a multiple of 4 elements and D, Dv too
-
-bool has(uint f) { return (pc.flags & f) != 0u; }
+#include "mask_rules.glsl"
 
 const float NEG_BIG = -3.0e38;  // "no logit yet"; finite so that no inf - inf can arise
-#define NEG_INF uintBitsToFloat(0xff800000u)
 
 // 16-bit value h (low 16 bits) as float.
 float half_bits_to_float(uint h, uint dtype) {
@@ -132,25 +121,6 @@ DEFINE_LOADS(v)
 uint q_at(int b, int i, int h) { return pc.q_off + uint(b) * pc.q_sb + uint(i) * pc.q_st + uint(h * pc.D); }
 uint k_at(int b, int j, int hk) { return pc.k_off + uint(b) * pc.k_sb + uint(j) * pc.k_st + uint(hk * pc.D); }
 uint v_at(int b, int j, int hk) { return pc.v_off + uint(b) * pc.v_sb + uint(j) * pc.v_st + uint(hk * pc.Dv); }
-
-// The row's visible interval [lo, hi) under the parametric mask (bottom-right aligned).
-void param_interval(int i, out int lo, out int hi) {
-  int p = i + pc.Tk - pc.Tq;
-  lo = 0;
-  hi = pc.Tk;
-  if (has(FLAG_CAUSAL)) hi = min(hi, p + 1);
-  if (pc.win_left >= 0) lo = max(lo, p - pc.win_left);
-  if (pc.win_right >= 0) hi = min(hi, p + pc.win_right + 1);
-  if (pc.chunk > 0) {
-    hi = min(hi, p + 1);
-    if (p >= 0) lo = max(lo, (p / pc.chunk) * pc.chunk);
-  }
-}
-
-// Bits 0 .. n-1 set (n in [0, 32]).
-uint low_bits(int n) {
-  return n <= 0 ? 0u : n >= 32 ? 0xffffffffu : ((1u << uint(n)) - 1u);
-}
 
 // Visibility of keys j0 .. j0 + nj - 1 (nj <= 32) of tile `entry` for the row at local row r
 // of its q block: bit t for key j0 + t. Static mask only (segments: segment_bits).

@@ -69,16 +69,7 @@ layout(push_constant) uniform BackwardPush {
 }
 pc;
 
-const uint FLAG_CAUSAL = 1u;      // with FLAG_PARAM_MASK: j <= p
-const uint FLAG_PARAM_MASK = 2u;  // partial tiles evaluate causal/window/chunk from pc
-const uint FLAG_SEGMENTS = 4u;
-const uint FLAG_BIAS = 8u;
-const uint FLAG_SINKS = 16u;
-const uint FLAG_SOFT_CAP = 64u;
-const uint FLAG_VEC = 128u;  // D and Dv are multiples of VEC_ELEMS: rows are whole 16-byte vectors,
-                             // processed four at a time
-
-bool has(uint f) { return (pc.flags & f) != 0u; }
+#include "mask_rules.glsl"  // FLAG_VEC here: D and Dv are multiples of VEC_ELEMS
 
 const int VEC_ELEMS = DTYPE == 0u ? 4 : 8;  // elements of one 16-byte vector
 
@@ -180,24 +171,6 @@ uint v_row(int b, int j, int hk) { return uint(((b * pc.Tk + j) * pc.Hkv + hk) *
 uint stat_index(int b, int h, int i) { return uint((b * pc.Hq + h) * pc.Tq + i); }
 uint delta_offset() { return uint(pc.B * pc.Hq * pc.Tq); }
 
-// The row's visible key interval [lo, hi) under the parametric mask (bottom-right aligned):
-// the forward's rule (attn_io.glsl's param_interval).
-void param_interval(int i, out int lo, out int hi) {
-  int p = i + pc.Tk - pc.Tq;
-  lo = 0;
-  hi = pc.Tk;
-  if (has(FLAG_CAUSAL)) hi = min(hi, p + 1);
-  if (pc.win_left >= 0) lo = max(lo, p - pc.win_left);
-  if (pc.win_right >= 0) hi = min(hi, p + pc.win_right + 1);
-  if (pc.chunk > 0) {
-    hi = min(hi, p + 1);
-    if (p >= 0) lo = max(lo, (p / pc.chunk) * pc.chunk);
-  }
-}
-
-// Bits [0, n) set, for 0 <= n <= 32.
-uint low_bits(int n) { return n <= 0 ? 0u : n >= 32 ? 0xffffffffu : (1u << uint(n)) - 1u; }
-
 const float TANH_CLAMP = 15.0;  // as the forward: tanh(15) rounds to 1 in fp32
 
 // The logit of (row i, key j) from the raw dot product q_i.k_j, as the forward computes it
@@ -213,6 +186,3 @@ float logit(float dot_qk, int b, int h, int i, int j, out float t) {
   return x;
 }
 
-// +-inf (not constant expressions in GLSL, hence macros).
-#define POS_INF uintBitsToFloat(0x7f800000u)
-#define NEG_INF uintBitsToFloat(0xff800000u)
