@@ -75,18 +75,23 @@ const char* guarded(const char* where, F&& kernel) {
   }
 }
 
-void run_tiled(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers,
-               std::optional<Isa> forced) {
+// The block map must be the problem's and the dtype a float one (typed errors naming both).
+void check_tiled_inputs(const char* where, const AttentionProblem& p, const BlockMap& map) {
   if (map.Tq != p.Tq || map.Tk != p.Tk || (map.heads != 1 && map.heads != p.Hq))
     throw Error(ErrorCode::shape_mismatch,
-                "cpu tiled_attention: block map built for Tq=" + std::to_string(map.Tq) +
+                std::string(where) + ": block map built for Tq=" + std::to_string(map.Tq) +
                     " Tk=" + std::to_string(map.Tk) + " heads=" + std::to_string(map.heads) +
                     ", expected Tq=" + std::to_string(p.Tq) + " Tk=" + std::to_string(p.Tk) + " heads=1 or " +
                     std::to_string(p.Hq));
   if (!is_float(p.dtype))
     throw Error(
         ErrorCode::unsupported_dtype,
-        "cpu tiled_attention: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
+        std::string(where) + ": dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
+}
+
+void run_tiled(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers,
+               std::optional<Isa> forced) {
+  check_tiled_inputs("cpu tiled_attention", p, map);
   const IsaChoice c = choice_for(forced);
   record(buffers, c,
          guarded("cpu tiled_attention", [&] { return tier_kernels(c.tier).tiled(p, map, buffers); }));
@@ -95,16 +100,7 @@ void run_tiled(const AttentionProblem& p, const BlockMap& map, AttentionBuffers&
 void run_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads,
                   std::optional<Isa> forced) {
   const AttentionProblem& p = bp.fwd;
-  if (map.Tq != p.Tq || map.Tk != p.Tk || (map.heads != 1 && map.heads != p.Hq))
-    throw Error(ErrorCode::shape_mismatch,
-                "cpu tiled_backward: block map built for Tq=" + std::to_string(map.Tq) +
-                    " Tk=" + std::to_string(map.Tk) + " heads=" + std::to_string(map.heads) +
-                    ", expected Tq=" + std::to_string(p.Tq) + " Tk=" + std::to_string(p.Tk) + " heads=1 or " +
-                    std::to_string(p.Hq));
-  if (!is_float(p.dtype))
-    throw Error(
-        ErrorCode::unsupported_dtype,
-        "cpu tiled_backward: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
+  check_tiled_inputs("cpu tiled_backward", p, map);
   const IsaChoice c = choice_for(forced);
   record(grads.run, c,
          guarded("cpu tiled_backward", [&] { return tier_kernels(c.tier).backward(bp, map, grads); }));
