@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "attnops/error.h"
+#include "core/printable.h"
 #include "core/suggest.h"
 #include "registry/dispatcher.h"
 
@@ -94,7 +95,8 @@ Registry::EntryPtr Registry::lookup(std::string_view name) const {
       all.push_back(a);
     }
   }
-  std::string msg = "unknown operator '" + std::string(name) + "'; registered: " + (listing.empty() ? "none" : listing);
+  // The name may come from a file or a user: control bytes escaped, length bounded (printable.h).
+  std::string msg = "unknown operator '" + printable(name) + "'; registered: " + (listing.empty() ? "none" : listing);
   if (auto s = nearest_name(name, all)) msg += "; did you mean '" + *s + "'?";
   throw Error(ErrorCode::unknown_operator, msg);
 }
@@ -144,7 +146,7 @@ Attention Registry::get(std::string_view name, const Config& config) const {
       msg += ':';
       msg += std::to_string(oc.column);
     }
-    msg += ": unknown operator '" + key + "' in 'operators'";
+    msg += ": unknown operator '" + printable(key) + "' in 'operators'";
     if (auto s = nearest_name(key, all)) msg += "; did you mean '" + *s + "'?";
     throw Error(ErrorCode::config_error, msg);
   }

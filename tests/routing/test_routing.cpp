@@ -448,6 +448,19 @@ TEST_F(Routing, UnknownNameListsRegisteredNamesAndSuggests) {
   EXPECT_EQ(reg.canonical("flash"), "flash_attn2");
 }
 
+// A name from a file or a user reaches the message with its control bytes escaped (an ESC
+// sequence cannot drive the terminal that shows the error).
+TEST_F(Routing, UnknownNameIsEscapedInTheMessage) {
+  try {
+    reg.get("flash\x1b[31m\n");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unknown_operator);
+    EXPECT_THAT(e.what(), HasSubstr("unknown operator 'flash\\x1b[31m\\x0a'"));
+    EXPECT_EQ(std::string(e.what()).find('\x1b'), std::string::npos);
+  }
+}
+
 TEST_F(Routing, AliasCollisionIsRejected) {
   EXPECT_THROW(reg.add({"other", {"splash"}, OperationMetadata{},
                         [](const OperationMetadata& md) { return std::make_shared<VanillaAttn>(md); }}),
