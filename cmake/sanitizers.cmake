@@ -36,6 +36,16 @@ if(ATTNOPS_SANITIZE)
   message(STATUS "attnops: sanitizers ${ATTNOPS_SANITIZE}")
 endif()
 
+# Host code that is not a kernel (the CLI, the tests) is compiled at -O1 in a sanitized build:
+# with ASan+UBSan its CLI11 / GoogleMock templates took half of that build's ~1000 s on 2 cores
+# at -O3, and its speed does not matter. The library and its kernels keep the build type's flags
+# (the tests run them at full speed). The last -O on the command line wins.
+function(attnops_sanitized_host_code target)
+  if(ATTNOPS_SANITIZE)
+    target_compile_options(${target} PRIVATE -O1)
+  endif()
+endfunction()
+
 if(ATTNOPS_FUZZ)
   if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
     message(FATAL_ERROR "ATTNOPS_FUZZ needs clang (libFuzzer), e.g. -DCMAKE_CXX_COMPILER=clang++-14")
