@@ -116,7 +116,8 @@ inline void dpbf16ps(int tc, int ta, int tb) {
 
 #else  // real AMX
 
-#if !defined(__AMX_TILE__) || !defined(__AMX_BF16__)
+// GCC spells the feature macros __AMX_TILE__ / __AMX_BF16__, clang __AMXTILE__ / __AMXBF16__.
+#if !(defined(__AMX_TILE__) || defined(__AMXTILE__)) || !(defined(__AMX_BF16__) || defined(__AMXBF16__))
 #error "the amx tier is compiled with -mamx-tile -mamx-bf16 (backends/cpu/tiers.cmake)"
 #endif
 #include <immintrin.h>
