@@ -21,9 +21,8 @@
 // Shapes: B=1, H=16, T in {512, 1024, 2048, 4096}, D in {64, 128}, plus D in {72, 80, 96, 112} at
 // T=2048; causal and full; f32 and bf16; blocksparse and flash_attn2 on cpu; vanilla cpu f32 up to
 // T=2048 for reference; native (scalar, slow) only at B=1 H=4 T=256 D=64.
-#include <omp.h>
-
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
 #include <cstdint>
 #include <string>
@@ -31,6 +30,7 @@
 
 #include "attnops/attnops.h"
 #include "bench/bench_inputs.h"
+#include "bench/bench_main.h"
 #include "bench/bench_sgemm.h"
 
 namespace {
@@ -137,18 +137,6 @@ void register_all() {
 
 }  // namespace
 
-int run_benchmarks(int argc, char** argv) {
-  register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
-
-// The GPU state is released before main returns (never from a static destructor: gpu.h).
 int main(int argc, char** argv) {
-  const int status = run_benchmarks(argc, argv);
-  attnops::release_gpu();
-  return status;
+  return attnops::bench::benchmark_main(argc, argv, register_all);
 }

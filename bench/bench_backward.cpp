@@ -33,6 +33,7 @@
 
 #include "attnops/attnops.h"
 #include "bench/bench_inputs.h"
+#include "bench/bench_main.h"
 #include "bench/bench_sgemm.h"
 
 namespace {
@@ -201,10 +202,5 @@ void register_all() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
+  return attnops::bench::benchmark_main(argc, argv, register_all);
 }

@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "attnops/attnops.h"
-#include "attnops/gpu.h"
 #include "backends/cpu/vanilla_cpu.h"
+#include "bench/bench_main.h"
 
 namespace {
 
@@ -209,10 +209,5 @@ BENCHMARK_CAPTURE(BM_Prefill, native, attnops::Backend::native)
     ->Iterations(2);
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  attnops::release_gpu();  // before main returns, never from a static destructor (gpu.h)
-  return 0;
+  return attnops::bench::benchmark_main(argc, argv);
 }

@@ -30,6 +30,7 @@
 #include "backends/vulkan/vulkan_debug.h"
 #include "backends/vulkan/vulkan_sgemm.h"
 #include "bench/bench_inputs.h"
+#include "bench/bench_main.h"
 
 namespace {
 
@@ -149,18 +150,6 @@ void register_all() {
 
 }  // namespace
 
-int run_benchmarks(int argc, char** argv) {
-  register_all();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}
-
-// The GPU state is released before main returns (never from a static destructor: gpu.h).
 int main(int argc, char** argv) {
-  const int status = run_benchmarks(argc, argv);
-  attnops::release_gpu();
-  return status;
+  return attnops::bench::benchmark_main(argc, argv, register_all);
 }
