@@ -41,6 +41,7 @@
 #include "cli/commands.h"
 #include "cli/decision_text.h"
 #include "cli/inputs.h"
+#include "cli/output_set.h"
 #include "cli/plot.h"
 #include "cli/progress.h"
 #include "cli/settings.h"
@@ -295,7 +296,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Sge
   if (!f) throw Error(ErrorCode::io_error, "--json " + path + ": write failed");
 }
 
-void plot_rows(const std::string& path, const std::vector<Row>& rows, const SgemmResult& sgemm,
+void plot_rows(const std::string& path, int fd, const std::vector<Row>& rows, const SgemmResult& sgemm,
                bool both_causal, bool several_dtypes, bool both_passes) {
   PlotSpec spec;
   spec.title = "attnops bench: GFLOP/s per shape (causal rows count visible pairs only)";
@@ -342,7 +343,7 @@ void plot_rows(const std::string& path, const std::vector<Row>& rows, const Sgem
   if (sgemm.n > 0)
     spec.hlines.emplace_back("Eigen SGEMM " + std::to_string(sgemm.n) + "^3 (" + sgemm.isa + ")",
                              sgemm.gflops);
-  write_plot(spec, path);
+  write_plot(spec, path, fd);
 }
 
 int bench(const BenchArgs& a) {
@@ -371,6 +372,10 @@ int bench(const BenchArgs& a) {
   if (spec.ops.empty()) spec.ops = registry().list();
   for (const auto& op : spec.ops) registry().canonical(op);  // unknown names fail before any timing
   if (!a.plot.empty()) plot_terminal(a.plot);                // so does a plot file gnuplot cannot write
+  // The plot's file is reserved now (a bad path fails before any timing) and appears only once
+  // gnuplot has written it all (output_set.h); gnuplot writes to its descriptor, never a path.
+  OutputSet outs;
+  const int plot_file = a.plot.empty() ? -1 : outs.add(a.plot, "--plot");
 
   const Config config = load_optional_config(a.config);
   Overrides threads;
@@ -419,8 +424,10 @@ int bench(const BenchArgs& a) {
   print_table(std::cout, rows, sgemm);
   if (!a.csv.empty()) write_csv(a.csv, rows, sgemm);
   if (!a.json.empty()) write_json(a.json, rows, sgemm);
-  if (!a.plot.empty())
-    plot_rows(a.plot, rows, sgemm, spec.causal.size() > 1, spec.dtypes.size() > 1, spec.passes.size() > 1);
+  if (plot_file >= 0)
+    plot_rows(a.plot, outs.fd(plot_file), rows, sgemm, spec.causal.size() > 1, spec.dtypes.size() > 1,
+              spec.passes.size() > 1);
+  outs.commit();
   return std::cout ? 0 : 2;
 }
 

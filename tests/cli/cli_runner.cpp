@@ -1,8 +1,9 @@
 #include "tests/cli/cli_runner.h"
 
 #include <fcntl.h>
-#include <spawn.h>
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -47,8 +48,9 @@ void write_file(const std::string& path, const std::string& bytes) {
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-CliResult run_cli(const std::vector<std::string>& args,
-                  const std::map<std::string, std::optional<std::string>>& env) {
+namespace {
+
+std::vector<std::string> child_environment(const std::map<std::string, std::optional<std::string>>& env) {
   std::map<std::string, std::string> vars;
   for (char** e = environ; *e; ++e) {
     const std::string kv = *e;
@@ -56,8 +58,8 @@ CliResult run_cli(const std::vector<std::string>& args,
     if (eq != std::string::npos) vars[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   for (const char* name :
-       {"ATTNOPS_LOG", "ATTNOPS_FORCE_NATIVE", "ATTNOPS_VK_ALLOW_SOFTWARE", "ATTNOPS_VK_DEVICE", "ATTNOPS_VK_VALIDATION",
-        "ATTNOPS_VK_INJECT_FAULT", "ATTNOPS_VK_FORCE_STAGING", "ATTNOPS_PROFILE"})
+       {"ATTNOPS_LOG", "ATTNOPS_FORCE_NATIVE", "ATTNOPS_VK_ALLOW_SOFTWARE", "ATTNOPS_VK_DEVICE",
+        "ATTNOPS_VK_VALIDATION", "ATTNOPS_VK_INJECT_FAULT", "ATTNOPS_VK_FORCE_STAGING", "ATTNOPS_PROFILE"})
     vars.erase(name);
   for (const auto& [k, v] : env) {
     if (v)
@@ -67,27 +69,55 @@ CliResult run_cli(const std::vector<std::string>& args,
   }
   std::vector<std::string> env_strings;
   for (const auto& [k, v] : vars) env_strings.push_back(k + "=" + v);
+  return env_strings;
+}
+
+// fork + exec: between them the child calls only async-signal-safe functions (the test process
+// may have OpenMP threads). An exec failure exits 127.
+pid_t start_child(const std::vector<std::string>& args, const CliOptions& o, const std::string& out_path,
+                  const std::string& err_path) {
+  std::vector<std::string> env_strings = child_environment(o.env);
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-
   std::vector<std::string> argv_strings{ATTNOPS_CLI_PATH};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& s : argv_strings) argv.push_back(s.data());
   argv.push_back(nullptr);
 
-  TempDir dir;
-  const std::string out_path = dir.file("stdout"), err_path = dir.file("stderr");
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, argv[0], &fa, nullptr, argv.data(), envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) throw std::runtime_error(std::string("posix_spawn ") + argv[0] + ": " + std::strerror(rc));
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork: ") + std::strerror(errno));
+  if (pid > 0) return pid;
+  const auto redirect = [](int target, const char* path, int flags, bool close_it) {
+    if (close_it) {
+      ::close(target);
+      return;
+    }
+    const int fd = ::open(path, flags, 0644);
+    if (fd < 0) ::_exit(127);
+    if (fd != target) {
+      ::dup2(fd, target);
+      ::close(fd);
+    }
+  };
+  redirect(STDIN_FILENO, "/dev/null", O_RDONLY, o.close_stdin);
+  redirect(STDOUT_FILENO, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, o.close_stdout);
+  redirect(STDERR_FILENO, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, o.close_stderr);
+  if (!o.cwd.empty() && ::chdir(o.cwd.c_str()) != 0) ::_exit(127);
+  if (o.file_size_limit >= 0) {
+    const rlimit lim{static_cast<rlim_t>(o.file_size_limit), static_cast<rlim_t>(o.file_size_limit)};
+    if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(127);
+  }
+  for (const int sig : {SIGINT, SIGTERM, SIGPIPE, SIGXFSZ}) ::signal(sig, SIG_DFL);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  ::execve(argv[0], argv.data(), envp.data());
+  ::_exit(127);
+}
+
+CliResult reap(pid_t pid, const std::string& out_path, const std::string& err_path) {
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
@@ -97,6 +127,39 @@ CliResult run_cli(const std::vector<std::string>& args,
   r.out = read_file(out_path);
   r.err = read_file(err_path);
   return r;
+}
+
+}  // namespace
+
+CliResult run_cli_with(const std::vector<std::string>& args, const CliOptions& options) {
+  CliProcess p(args, options);
+  return p.wait();
+}
+
+CliResult run_cli(const std::vector<std::string>& args,
+                  const std::map<std::string, std::optional<std::string>>& env) {
+  CliOptions o;
+  o.env = env;
+  return run_cli_with(args, o);
+}
+
+CliProcess::CliProcess(const std::vector<std::string>& args, const CliOptions& options)
+    : pid_(start_child(args, options, dir_.file("stdout"), dir_.file("stderr"))) {}
+
+CliProcess::~CliProcess() {
+  if (pid_ > 0) {
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    while (::waitpid(pid_, &status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+CliResult CliProcess::wait() {
+  if (pid_ <= 0) throw std::logic_error("CliProcess::wait: already waited");
+  const pid_t pid = pid_;
+  pid_ = -1;
+  return reap(pid, dir_.file("stdout"), dir_.file("stderr"));
 }
 
 }  // namespace attnops::cli::testing

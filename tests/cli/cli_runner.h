@@ -1,6 +1,9 @@
-// Runs the real `attnops` binary for the CLI tests: posix_spawn with stdout and stderr captured
-// in files, an environment edited per call, and the way the child ended.
+// Runs the real `attnops` binary for the CLI tests: stdout and stderr captured in files, an
+// environment edited per call, and the way the child ended; optionally with another working
+// directory, closed standard descriptors, a file-size limit, or in the background (to signal it).
 #pragma once
+
+#include <sys/types.h>
 
 #include <map>
 #include <optional>
@@ -34,6 +37,34 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// What run_cli_with / CliProcess change in the child besides its environment. The child always
+// starts with SIGINT, SIGTERM, SIGPIPE and SIGXFSZ at their default actions and no signal
+// blocked, whatever the test runner's own dispositions are.
+struct CliOptions {
+  std::map<std::string, std::optional<std::string>> env;                 // as run_cli's `env`
+  std::string cwd;                                                       // empty: the test's own
+  bool close_stdin = false, close_stdout = false, close_stderr = false;  // instead of redirecting
+  long long file_size_limit = -1;  // RLIMIT_FSIZE in bytes (ulimit -f); -1: unchanged
+};
+
+CliResult run_cli_with(const std::vector<std::string>& args, const CliOptions& options);
+
+// The program started in the background (to signal it): wait() reaps it and returns what it
+// wrote. The destructor kills (SIGKILL) and reaps a child that was not waited for.
+class CliProcess {
+ public:
+  explicit CliProcess(const std::vector<std::string>& args, const CliOptions& options = {});
+  ~CliProcess();
+  CliProcess(const CliProcess&) = delete;
+  CliProcess& operator=(const CliProcess&) = delete;
+  pid_t pid() const { return pid_; }
+  CliResult wait();
+
+ private:
+  TempDir dir_;  // the captured stdout and stderr
+  pid_t pid_ = -1;
 };
 
 std::string read_file(const std::string& path);

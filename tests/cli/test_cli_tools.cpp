@@ -148,8 +148,8 @@ TEST(Plot, ScriptHasEverySeriesAndTerminal) {
   spec.hlines = {{"Eigen SGEMM", 250}};
   const std::string png = gnuplot_script(spec, "x.png");
   EXPECT_THAT(png, HasSubstr("pngcairo"));
-  EXPECT_THAT(png, HasSubstr("\"vanilla/auto\""));
-  EXPECT_THAT(png, HasSubstr("\"blocksparse/cpu\""));
+  EXPECT_THAT(png, HasSubstr("'vanilla/auto'"));
+  EXPECT_THAT(png, HasSubstr("'blocksparse/cpu'"));
   EXPECT_THAT(png, HasSubstr("0 ?"));  // the missing point
   EXPECT_THAT(png, HasSubstr("250 with lines"));
   EXPECT_THAT(gnuplot_script(spec, "x.svg"), HasSubstr("set terminal svg"));
