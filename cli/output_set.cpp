@@ -45,22 +45,48 @@ OutputSet::~OutputSet() {
   }
 }
 
-int OutputSet::add(const std::string& path, const std::string& what) {
+// The file a path names, as an identity that does not depend on the spelling: the directory's
+// (device, inode) and the last component, plus the file's own (device, inode) when it exists
+// (hard links, symlinks). Fails as add() would for a missing directory.
+OutputSet::Target OutputSet::locate(const std::string& path, const std::string& what) {
   if (path.empty()) fail(what, path, "empty path");
-  std::error_code ec;
-  const auto canonical = std::filesystem::weakly_canonical(path, ec);
-  for (const Output& o : outputs_) {
-    std::error_code ec2;
-    if (o.path == path || (!ec && std::filesystem::weakly_canonical(o.path, ec2) == canonical && !ec2))
-      fail(what, path, "is also the output of " + o.what + "; give each output its own file");
+  Target t;
+  const std::size_t slash = path.rfind('/');
+  t.dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  t.name = path.substr(slash == std::string::npos ? 0 : slash + 1);
+  if (t.name.empty() || t.name == "." || t.name == "..") fail(what, path, "is a directory");
+  struct stat st {};
+  if (::stat(t.dir.c_str(), &st) != 0) fail(what, path, "cannot create it (" + errno_text() + ")");
+  if (!S_ISDIR(st.st_mode)) fail(what, path, "cannot create it (" + t.dir + " is not a directory)");
+  t.dir_dev = st.st_dev;
+  t.dir_ino = st.st_ino;
+  if (::stat(path.c_str(), &st) == 0) {
+    t.exists = true;
+    t.dev = st.st_dev;
+    t.ino = st.st_ino;
+    t.mode = st.st_mode;
   }
+  return t;
+}
+
+bool OutputSet::Target::same_file(const Target& o) const {
+  return (dir_dev == o.dir_dev && dir_ino == o.dir_ino && name == o.name) ||
+         (exists && o.exists && dev == o.dev && ino == o.ino);
+}
+
+int OutputSet::add(const std::string& path, const std::string& what) {
+  const Target target = locate(path, what);
+  for (const Output& o : outputs_)
+    if (o.target.same_file(target))
+      fail(what, path, "is also the output of " + o.what + "; give each output its own file");
   Output o;
   o.path = path;
   o.what = what;
-  struct stat st {};
-  if (::stat(path.c_str(), &st) == 0) {
-    if (S_ISDIR(st.st_mode)) fail(what, path, "is a directory");
-    if (!S_ISREG(st.st_mode)) {  // a FIFO or a device: written in place
+  o.target = target;
+  if (target.exists) {
+    const mode_t mode = target.mode;
+    if (S_ISDIR(mode)) fail(what, path, "is a directory");
+    if (!S_ISREG(mode)) {  // a FIFO or a device: written in place
       o.fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
       if (o.fd < 0) fail(what, path, "cannot open for writing (" + errno_text() + ")");
       outputs_.push_back(std::move(o));

@@ -10,13 +10,18 @@
 //
 // add() creates a temporary file next to its target (same directory, so the final rename is
 // atomic and never crosses file systems): a missing directory, a directory as target, an
-// unwritable place or the same path given twice fails before any work. commit() renames every
+// unwritable place or one file named twice fails before any work. "One file" is decided by
+// identity, not spelling: the directory's (device, inode) and the last path component, or the
+// file's own (device, inode) when it exists, so s.npy, ./s.npy, /abs/s.npy, a/../s.npy, a
+// symlinked directory, a symlink or a hard link to it are all the same output. commit() renames every
 // temporary onto its target once all were written. If anything fails before (an exception
 // unwinding past the set), the destructor removes the temporaries: a failed command leaves no
 // new file and never a partial one, and existing targets keep their old content. An existing
 // target that is not a regular file (a FIFO, /dev/stdout) cannot be replaced by rename; it is
 // opened directly by add() and written in place, outside the all-or-nothing guarantee.
 #pragma once
+
+#include <sys/types.h>
 
 #include <string>
 #include <vector>
@@ -39,8 +44,21 @@ class OutputSet {
   void commit();
 
  private:
+  struct Target {
+    std::string dir, name;  // the path split at its last '/' ("." when there is none)
+    dev_t dir_dev = 0;
+    ino_t dir_ino = 0;
+    bool exists = false;
+    dev_t dev = 0;  // when it exists
+    ino_t ino = 0;
+    mode_t mode = 0;
+    bool same_file(const Target& other) const;
+  };
+  static Target locate(const std::string& path, const std::string& what);
+
   struct Output {
     std::string path, what, temp;  // temp empty: written in place (not a regular file)
+    Target target;
     int fd = -1;
   };
   std::vector<Output> outputs_;

@@ -1,0 +1,112 @@
+// `attnops` output files, the rules of the README's "Processes and files" section: two outputs
+// never name one file (however spelled), long names work, write failures are errors, links are
+// followed, non-regular targets refused. Each case a defect a reliability probe found.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "attnops/attnops.h"
+#include "cli/inputs.h"
+#include "cli/npy.h"
+#include "tests/cli/cli_runner.h"
+
+namespace attnops::cli {
+namespace {
+
+using testing::CliOptions;
+using testing::CliResult;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using testing::TempDir;
+
+// q, k, v, dout in a temporary directory, which is also the child's working directory.
+struct Inputs {
+  TempDir dir;
+  CliOptions in_dir;
+  Inputs() {
+    in_dir.cwd = dir.path();
+    write_npy(dir.file("q.npy"), random_tensor(DType::f32, {1, 8, 2, 4}, 1));
+    write_npy(dir.file("k.npy"), random_tensor(DType::f32, {1, 8, 2, 4}, 2));
+    write_npy(dir.file("v.npy"), random_tensor(DType::f32, {1, 8, 2, 4}, 3));
+    write_npy(dir.file("g.npy"), random_tensor(DType::f32, {1, 8, 2, 4}, 4));
+  }
+  std::vector<std::string> args(const std::vector<std::string>& outputs) const {
+    std::vector<std::string> a{
+        "run", "--op",           "vanilla", "--q", dir.file("q.npy"), "--k", dir.file("k.npy"),
+        "--v", dir.file("v.npy")};
+    a.insert(a.end(), outputs.begin(), outputs.end());
+    return a;
+  }
+  CliResult run(const std::vector<std::string>& outputs) const {
+    return testing::run_cli_with(args(outputs), in_dir);
+  }
+  // Every entry of the directory (recursively) other than the inputs.
+  std::vector<std::string> others() const {
+    std::vector<std::string> r;
+    for (const auto& e : std::filesystem::recursive_directory_iterator(dir.path())) {
+      const std::string n = e.path().lexically_relative(dir.path()).string();
+      if (n != "q.npy" && n != "k.npy" && n != "v.npy" && n != "g.npy") r.push_back(n);
+    }
+    return r;
+  }
+};
+
+void expect_error(const CliResult& r, const std::string& mention) {
+  EXPECT_EQ(r.signal, 0);
+  EXPECT_EQ(r.exit_code, 2) << "stderr: " << r.err;
+  EXPECT_THAT(r.err, StartsWith("error:"));
+  EXPECT_THAT(r.err, HasSubstr(mention));
+}
+
+// ---- two outputs, one file ---------------------------------------------------------------------
+// The check compared strings (and identities only of files that existed): each pair below exited
+// 0 with one of the two outputs lost.
+
+TEST(CliOutputTargets, OneFileSpelledTwoWaysIsRefused) {
+  Inputs in;
+  ASSERT_EQ(::mkdir(in.dir.file("a").c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(in.dir.path().c_str(), in.dir.file("link").c_str()), 0);
+  const std::string abs = in.dir.file("s.npy");
+  const std::vector<std::vector<std::string>> cases = {
+      {"--out", "s.npy", "--lse-out", "./s.npy"},
+      {"--out", abs, "--lse-out", "s.npy"},
+      {"--out", "a/../s.npy", "--lse-out", "s.npy"},
+      {"--out", "s.npy", "--weights-out", "a//..//s.npy"},
+      {"--out", "link/s.npy", "--lse-out", abs},  // a symlinked directory
+      {"--out", "o.npy", "--dout", "g.npy", "--dq-out", "x", "--dk-out", "./x"},
+      {"--out", "o.npy", "--dout", "g.npy", "--dq-out", "x", "--dv-out", in.dir.file("a/../x")},
+  };
+  for (const auto& outputs : cases) {
+    const CliResult r = in.run(outputs);
+    expect_error(r, "is also the output of");
+    EXPECT_THAT(in.others(), ::testing::UnorderedElementsAre("a", "link")) << r.err;
+  }
+}
+
+TEST(CliOutputTargets, ExistingFileByTwoNamesIsRefused) {
+  Inputs in;
+  testing::write_file(in.dir.file("s.npy"), "old");
+  ASSERT_EQ(::link(in.dir.file("s.npy").c_str(), in.dir.file("hard.npy").c_str()), 0);
+  ASSERT_EQ(::symlink("s.npy", in.dir.file("soft.npy").c_str()), 0);
+  for (const char* other : {"hard.npy", "soft.npy"}) {
+    expect_error(in.run({"--out", "s.npy", "--lse-out", other}), "is also the output of --out");
+    EXPECT_EQ(testing::read_file(in.dir.file("s.npy")), "old");
+  }
+}
+
+TEST(CliOutputTargets, DistinctFilesAreAccepted) {
+  Inputs in;
+  ASSERT_EQ(::mkdir(in.dir.file("a").c_str(), 0755), 0);
+  const CliResult r = in.run({"--out", "s.npy", "--lse-out", "a/s.npy"});  // same name, other directory
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(read_npy(in.dir.file("s.npy")).shape(), (std::vector<std::int64_t>{1, 8, 2, 4}));
+  EXPECT_EQ(read_npy(in.dir.file("a/s.npy")).shape(), (std::vector<std::int64_t>{1, 2, 8}));
+}
+
+}  // namespace
+}  // namespace attnops::cli
