@@ -11,6 +11,7 @@
 #include "attnops/error.h"
 #include "attnops/gpu.h"
 #include "cli/commands.h"
+#include "cli/standard_fds.h"
 
 namespace {
 
@@ -30,6 +31,8 @@ int run_main(int argc, char** argv);
 
 // The GPU state is released before main returns, on every path: nothing Vulkan may run from exit().
 int main(int argc, char** argv) {
+  // First of all: a closed 0, 1 or 2 gets /dev/null, so no file we open becomes stderr.
+  if (!attnops::cli::ensure_standard_descriptors()) return kExitError;
   const int status = run_main(argc, argv);
   try {
     attnops::release_gpu();

@@ -1,0 +1,97 @@
+// `attnops` as a Unix process, the rules of the README's "Processes and files" section: closed
+// standard descriptors, signals (SIGINT, SIGTERM, SIGXFSZ) and the environment. Each case a
+// defect a reliability probe found.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "attnops/attnops.h"
+#include "backends/native/reference.h"
+#include "cli/inputs.h"
+#include "cli/npy.h"
+#include "tests/cli/cli_runner.h"
+
+namespace attnops::cli {
+namespace {
+
+using testing::CliOptions;
+using testing::CliResult;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+using testing::TempDir;
+
+struct Inputs {
+  TempDir dir;
+  Tensor q, k, v;
+  explicit Inputs(std::int64_t T = 16, std::int64_t H = 2, std::int64_t D = 8)
+      : q(random_tensor(DType::f32, {1, T, H, D}, 1)),
+        k(random_tensor(DType::f32, {1, T, H, D}, 2)),
+        v(random_tensor(DType::f32, {1, T, H, D}, 3)) {
+    write_npy(dir.file("q.npy"), q);
+    write_npy(dir.file("k.npy"), k);
+    write_npy(dir.file("v.npy"), v);
+  }
+  std::vector<std::string> args(const std::vector<std::string>& extra = {}) const {
+    std::vector<std::string> a{"run",
+                               "--op",
+                               "vanilla",
+                               "--q",
+                               dir.file("q.npy"),
+                               "--k",
+                               dir.file("k.npy"),
+                               "--v",
+                               dir.file("v.npy"),
+                               "--out",
+                               dir.file("out.npy")};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  }
+  std::vector<std::string> others() const {
+    std::vector<std::string> r;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+      const std::string n = e.path().filename().string();
+      if (n != "q.npy" && n != "k.npy" && n != "v.npy") r.push_back(n);
+    }
+    return r;
+  }
+  // The largest difference of out.npy from the fp64 oracle's output.
+  double error_of_output() const {
+    const auto want = native::reference_attention_f64(make_problem(q, k, v, {}, {}), false);
+    const Tensor out = read_npy(dir.file("out.npy"));
+    double worst = 0;
+    for (std::size_t i = 0; i < want.out.size(); ++i)
+      worst = std::max(worst, std::abs(out.at(i) - want.out[i]));
+    return worst;
+  }
+};
+
+// ---- closed standard descriptors ------------------------------------------------------------------
+// With 2>&- the temporary output file became descriptor 2 and the dispatch log and warnings were
+// written into the .npy (exit 0, an unreadable file).
+
+TEST(CliStandardDescriptors, ClosedStderrNeverReachesAnOutput) {
+  Inputs in;
+  for (const bool close_stdout : {false, true}) {
+    CliOptions o;
+    o.close_stdin = true;
+    o.close_stderr = true;
+    o.close_stdout = close_stdout;
+    o.env = {{"ATTNOPS_LOG", "dispatch"}, {"ATTNOPS_CPU_ISA", "no-such-tier"}};  // a log line and a warning
+    const CliResult r = testing::run_cli_with(
+        in.args({"--explain", "--lse-out", in.dir.file("lse.npy"), "--backend", "cpu"}), o);
+    EXPECT_EQ(r.signal, 0);
+    ASSERT_EQ(r.exit_code, 0) << close_stdout;
+    EXPECT_LE(in.error_of_output(), 2e-5);  // read_npy throws on a corrupted file
+    EXPECT_EQ(read_npy(in.dir.file("lse.npy")).shape(), (std::vector<std::int64_t>{1, 2, 16}));
+  }
+}
+
+}  // namespace
+}  // namespace attnops::cli
