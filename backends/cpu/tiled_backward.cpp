@@ -11,6 +11,9 @@
 //   dq_i = scale sum_j dS_ij k_j    dk_j = scale sum_i dS_ij q_i    dv_j = sum_i P_ij dout_i
 //   dbias_ij = P_ij (dP_ij - Delta_i)          dsinks_h = -sum_i exp(sink_h - lz_i) Delta_i
 // A fully masked row has lse = -inf, hence lz = +inf, P = 0 and Delta = 0: zero gradients.
+// Non-finite values (README, Gradients): a masked pair (mask bit 0, other segment, or a logit of
+// -inf) contributes nothing: dS and P are selected to 0 there, and rows of q, k, dout holding a
+// NaN or inf update only the lanes of their visible pairs (backward_guard.h).
 //
 // Two kinds of task, run in one OpenMP loop (heaviest first, dynamic schedule):
 //  - dq task (b, q head h, q block qb): the forward's layout, lanes over query rows. Q^T, dO^T
@@ -42,6 +45,7 @@
 #include "attnops/backward.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/cpu/aligned.h"
+#include "backends/cpu/backward_guard.h"
 #include "backends/cpu/micro_kernels.h"
 #include "backends/cpu/simd16.h"
 #include "backends/cpu/tier_entry.h"
@@ -81,6 +85,9 @@ inline void id_range(const std::int32_t* ids, i64 n, std::int32_t& lo, std::int3
 
 // Per-thread scratch for both kinds of task; sizes from the block and head dims only.
 struct Scratch {
+  // The visible lanes of each (key or row, vector) of the current chunk, for the guarded
+  // products: [max(bq, bk)][kMaxNC].
+  Buf<Mask16> vism;
   // dq task, lanes over query rows (bqp): Q^T (scaled), dO^T, dQ^T, S^T / dS^T, dP^T, K / V tile
   // widened from f16/bf16, the block's lz / Delta / segment ids.
   Buf<float> qt, ot, dqt, st, dpt, kpack, vpack, lz, di;
@@ -91,7 +98,8 @@ struct Scratch {
   Buf<std::int32_t> segk;
   Buf<float> row, row2;  // one row of max(D, Dv) floats each
   Scratch(i64 bq, i64 bk, i64 bqp, i64 bkp, i64 D, i64 Dv, bool convert)
-      : qt(aligned_array<float>(D * bqp)),
+      : vism(aligned_array<Mask16>(std::max(bq, bk) * kMaxNC)),
+        qt(aligned_array<float>(D * bqp)),
         ot(aligned_array<float>(Dv * bqp)),
         dqt(aligned_array<float>(D * bqp)),
         st(aligned_array<float>(bk * bqp)),
@@ -163,8 +171,11 @@ struct Backward {
   const AttentionProblem& p;
   const BlockMap& map;
   GradientBuffers& g;
-  const float* lz;       // [B, Hq, Tq]: log of the softmax denominator (sink included); +inf if empty
-  const float* di;       // [B, Hq, Tq]: Delta = rowsum(dout * out)
+  const float* lz;  // [B, Hq, Tq]: log of the softmax denominator (sink included); +inf if empty
+  const float* di;  // [B, Hq, Tq]: Delta = rowsum(dout * out)
+  // Rows holding a NaN or inf, [B, T, H] (q and dout: [B, Tq, Hq]; k: [B, Tk, Hkv]); null when
+  // none does (the unguarded products run).
+  const std::uint8_t *qbad, *obad, *kbad;
   const i64* col_start;  // column (head copy hh, kv block kb): col[col_start[hh*nk+kb] .. +1)
   const ColBlock* col;
   i64 bq, bk, bqp, bkp;
@@ -203,6 +214,8 @@ void Backward::dq_task(Scratch& s, i64 b, i64 h, i64 qb) const {
     id_range(sq, nr, qseg_lo, qseg_hi);
   }
   const V16 capv = simd::set1(capf), inv_capv = simd::set1(1.f / capf), one = simd::set1(1.f);
+  const V16 ninf = simd::set1(-kInf);
+  Mask16* vism = s.vism.get();
 
   for (const BlockMap::Block& blk : map.row(h, qb)) {
     const i64 j0 = static_cast<i64>(blk.kv) * bk, nc = std::min(bk, Tk - j0);
@@ -264,9 +277,10 @@ void Backward::dq_task(Scratch& s, i64 b, i64 h, i64 qb) const {
             x = simd::mul(capv, t);
           }
           if (bias_base) x = simd::add(x, simd::gather(bias_base + c, static_cast<std::int32_t>(Tk), valid));
-          Mask16 vis = valid;
+          Mask16 vis = valid & static_cast<Mask16>(~simd::eq(x, ninf));  // a -inf logit masks
           if (partial) vis &= bits16(map.partial_col(blk.partial, c), l0);
           if (seg) vis &= simd::eq_i32(s.segq.get() + l0, segkv[j0 + c]);
+          if (kbad) vism[c * kMaxNC + (n - n0)] = vis;
           const V16 pr = simd::exp(simd::sub(x, lzv));
           V16 ds = simd::mul(pr, simd::sub(simd::load(dpt + c * bqp + l0), dv));
           if (cap) ds = simd::mul(ds, simd::sub(one, simd::mul(t, t)));
@@ -274,8 +288,15 @@ void Backward::dq_task(Scratch& s, i64 b, i64 h, i64 qb) const {
         }
       }
 
-      // dQ^T[d] += sum_c K[c][d] * dS^T[c] over the chunk's keys.
-      acc_panel(kt + c_lo * ldk, ldk, st + c_lo * bqp + n0 * 16, bqp, c_hi - c_lo, dqt + n0 * 16, bqp, D, NC);
+      // dQ^T[d] += sum_c K[c][d] * dS^T[c] over the chunk's keys (a key holding NaN / inf only
+      // in the lanes of the rows that see it).
+      if (kbad)
+        guard::acc_panel_guarded(kt + c_lo * ldk, ldk, st + c_lo * bqp + n0 * 16, bqp, c_hi - c_lo,
+                                 dqt + n0 * 16, bqp, D, NC, kbad + ((b * Tk + j0 + c_lo) * p.Hkv + kh), p.Hkv,
+                                 vism + c_lo * kMaxNC);
+      else
+        acc_panel(kt + c_lo * ldk, ldk, st + c_lo * bqp + n0 * 16, bqp, c_hi - c_lo, dqt + n0 * 16, bqp, D,
+                  NC);
     }
   }
 
@@ -310,7 +331,9 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
     id_range(sk, nc, kseg_lo, kseg_hi);
   }
   const V16 capv = simd::set1(capf), inv_capv = simd::set1(1.f / capf), one = simd::set1(1.f);
+  const V16 ninf = simd::set1(-kInf);
   float* dbias = g.dbias ? g.dbias->data_as<float>() : nullptr;
+  Mask16* vism = s.vism.get();
 
   for (i64 gi = 0; gi < G; ++gi) {
     const i64 h = kvh * G + gi, hh = map.head_copy(h);
@@ -338,6 +361,9 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
         }
         qr = s.qpack.get(), orow = s.opack.get(), ldq = D, ldo = Dv;
       }
+      // This tile's rows in the flags ([B, Tq, Hq]: consecutive rows Hq apart), null if none.
+      const std::uint8_t* qb_bad = qbad ? qbad + (b * Tq + i0) * p.Hq + h : nullptr;
+      const std::uint8_t* ob_bad = obad ? obad + (b * Tq + i0) * p.Hq + h : nullptr;
       const float* lzr = lz + (b * p.Hq + h) * Tq + i0;
       const float* dir = di + (b * p.Hq + h) * Tq + i0;
       float* dbias_rows = nullptr;  // row i0 of this head's dbias, column j0
@@ -389,6 +415,8 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
               x = simd::mul(capv, t);
             }
             if (brow) x = simd::add(x, edge ? simd::gather(brow + c0, 1, last) : simd::load(brow + c0));
+            vis &= static_cast<Mask16>(~simd::eq(x, ninf));  // a -inf logit masks its pair
+            if (qb_bad || ob_bad) vism[r * kMaxNC + (n - n0)] = vis;
             const V16 pr = simd::select(vis, simd::exp(simd::sub(x, lzv)), simd::zero());
             const V16 dsb = simd::select(vis, simd::mul(pr, simd::sub(simd::load(dc), dv)), simd::zero());
             if (dbrow) {
@@ -406,9 +434,20 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
         }
 
         // dV^T[e] += sum_r dO[r][e] * P[r];  dK^T[d] += sum_r Q[r][d] * dS[r]  (rows [r_lo, r_hi)).
+        // A row of dout or q holding NaN / inf adds only in the lanes of the keys it sees.
         const i64 nrows = r_hi - r_lo;
-        acc_panel(orow + r_lo * ldo, ldo, sp + r_lo * bkp + n0 * 16, bkp, nrows, dvt + n0 * 16, bkp, Dv, NC);
-        acc_panel(qr + r_lo * ldq, ldq, dp + r_lo * bkp + n0 * 16, bkp, nrows, dkt + n0 * 16, bkp, D, NC);
+        if (ob_bad)
+          guard::acc_panel_guarded(orow + r_lo * ldo, ldo, sp + r_lo * bkp + n0 * 16, bkp, nrows,
+                                   dvt + n0 * 16, bkp, Dv, NC, ob_bad + r_lo * p.Hq, p.Hq,
+                                   vism + r_lo * kMaxNC);
+        else
+          acc_panel(orow + r_lo * ldo, ldo, sp + r_lo * bkp + n0 * 16, bkp, nrows, dvt + n0 * 16, bkp, Dv,
+                    NC);
+        if (qb_bad)
+          guard::acc_panel_guarded(qr + r_lo * ldq, ldq, dp + r_lo * bkp + n0 * 16, bkp, nrows, dkt + n0 * 16,
+                                   bkp, D, NC, qb_bad + r_lo * p.Hq, p.Hq, vism + r_lo * kMaxNC);
+        else
+          acc_panel(qr + r_lo * ldq, ldq, dp + r_lo * bkp + n0 * 16, bkp, nrows, dkt + n0 * 16, bkp, D, NC);
       }
     }
   }
@@ -538,6 +577,15 @@ const char* tiled_backward(const BackwardProblem& bp, const BlockMap& map, Gradi
   const Buf<float> lz = aligned_array<float>(nrows), di = aligned_array<float>(nrows);
   row_statistics(bp, scratch, nt, lz.get(), di.get(), grads);
 
+  // Rows of q, dout and k holding NaN / inf (the guarded products; none for finite inputs).
+  const Buf<std::uint8_t> qbad = aligned_array<std::uint8_t>(p.B * p.Tq * p.Hq),
+                          obad = aligned_array<std::uint8_t>(p.B * p.Tq * p.Hq),
+                          kbad = aligned_array<std::uint8_t>(p.B * p.Tk * p.Hkv);
+  const auto row_buffer = [&](int thread) { return scratch[static_cast<std::size_t>(thread)].row.get(); };
+  const bool any_q = guard::flag_nonfinite_rows(p.q, p.dtype, p.D, nt, row_buffer, qbad.get());
+  const bool any_o = guard::flag_nonfinite_rows(bp.dout, p.dtype, p.Dv, nt, row_buffer, obad.get());
+  const bool any_k = guard::flag_nonfinite_rows(p.k, p.dtype, p.D, nt, row_buffer, kbad.get());
+
   const bool cap = p.soft_cap.has_value();
   const Backward k{bp,
                    p,
@@ -545,6 +593,9 @@ const char* tiled_backward(const BackwardProblem& bp, const BlockMap& map, Gradi
                    grads,
                    lz.get(),
                    di.get(),
+                   any_q ? qbad.get() : nullptr,
+                   any_o ? obad.get() : nullptr,
+                   any_k ? kbad.get() : nullptr,
                    col_start.get(),
                    col.data(),
                    bq,

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backends/common/softmax_policy.h"
 #include "backends/native/reference.h"
 
 namespace attnops::native {
@@ -33,7 +34,10 @@ ReferenceGradients reference_backward_f64(const BackwardProblem& bp) {
       for (std::int64_t i = 0; i < Tq; ++i) {
         const double* qi = &q[idx(((b * Tq + i) * Hq + h) * D)];
         const double* gi = &dout[idx(((b * Tq + i) * Hq + h) * Dv)];
+        // As the forward (reference.cpp): a -inf logit masks its key, a NaN max is kept, so a
+        // row with a NaN or +inf logit has NaN gradients and a fully masked row none.
         double m = ninf;
+        bool any = false;
         for (std::int64_t j = 0; j < Tk; ++j) {
           vis[idx(j)] = visible(p, b, h, i, j);
           if (!vis[idx(j)]) continue;
@@ -46,10 +50,15 @@ ReferenceGradients reference_backward_f64(const BackwardProblem& bp) {
             x = *p.soft_cap * t[idx(j)];
           }
           if (p.bias) x += static_cast<double>(p.bias_row(b, h, i)[j]);
+          if (x == ninf) {  // a masked pair: contributes nothing, even with NaN / inf operands
+            vis[idx(j)] = 0;
+            continue;
+          }
           s[idx(j)] = x;
-          if (x > m) m = x;
+          m = policy::nan_max(m, x);
+          any = true;
         }
-        if (m == ninf) continue;  // fully masked row (or every logit -inf): no gradient
+        if (!any) continue;  // fully masked row: zero dq, nothing to dk, dv, dsinks, dbias
 
         double denom = 0;
         for (std::int64_t j = 0; j < Tk; ++j)
