@@ -12,6 +12,7 @@
 #include "attnops/gpu.h"
 #include "cli/commands.h"
 #include "cli/standard_fds.h"
+#include "cli/temp_files.h"
 
 namespace {
 
@@ -33,6 +34,9 @@ int run_main(int argc, char** argv);
 int main(int argc, char** argv) {
   // First of all: a closed 0, 1 or 2 gets /dev/null, so no file we open becomes stderr.
   if (!attnops::cli::ensure_standard_descriptors()) return kExitError;
+  // SIGINT / SIGTERM / SIGHUP remove the outputs' temporaries; SIGXFSZ is ignored (a write past
+  // ulimit -f fails with an io_error).
+  attnops::cli::install_signal_handlers();
   const int status = run_main(argc, argv);
   try {
     attnops::release_gpu();

@@ -95,9 +95,16 @@ int OutputSet::add(const std::string& path, const std::string& what) {
   }
   // O_EXCL: never reuse a file someone else made; mode 0666 & ~umask, as a plain create would.
   static thread_local std::mt19937_64 rng{std::random_device{}()};
+  o.slot.emplace();
   for (int attempt = 0; attempt < 100 && o.fd < 0; ++attempt) {
     o.temp = temp_name(path, rng);
+    o.slot->arm(o.temp);  // a signal from now on removes it
     o.fd = ::open(o.temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (o.fd < 0) {
+      const int err = errno;
+      o.slot->disarm();  // not ours
+      errno = err;
+    }
     if (o.fd < 0 && errno != EEXIST) fail(what, path, "cannot create it (" + errno_text() + ")");
   }
   if (o.fd < 0) fail(what, path, "cannot create a temporary file next to it");
@@ -119,9 +126,13 @@ void OutputSet::commit() {
     o.fd = -1;
     if (::close(fd) != 0) fail(o.what, o.path, "write failed (" + errno_text() + ")");
   }
-  for (Output& o : outputs_)
-    if (!o.temp.empty() && ::rename(o.temp.c_str(), o.path.c_str()) != 0)
+  for (Output& o : outputs_) {
+    if (o.temp.empty()) continue;
+    if (::rename(o.temp.c_str(), o.path.c_str()) != 0)
       fail(o.what, o.path, "cannot replace it (" + errno_text() + ")");
+    o.slot->disarm();  // renamed: the name is the target's now
+    o.temp.clear();
+  }
   committed_ = true;
 }
 

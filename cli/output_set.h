@@ -18,13 +18,18 @@
 // unwinding past the set), the destructor removes the temporaries: a failed command leaves no
 // new file and never a partial one, and existing targets keep their old content. An existing
 // target that is not a regular file (a FIFO, /dev/stdout) cannot be replaced by rename; it is
-// opened directly by add() and written in place, outside the all-or-nothing guarantee.
+// opened directly by add() and written in place, outside the all-or-nothing guarantee. The
+// temporaries are also removed when the program is killed by SIGINT, SIGTERM or SIGHUP
+// (cli/temp_files.h).
 #pragma once
 
 #include <sys/types.h>
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "cli/temp_files.h"
 
 namespace attnops::cli {
 
@@ -60,6 +65,7 @@ class OutputSet {
     std::string path, what, temp;  // temp empty: written in place (not a regular file)
     Target target;
     int fd = -1;
+    std::optional<TempFileSlot> slot;  // the temporary in the signal handler's table
   };
   std::vector<Output> outputs_;
   bool committed_ = false;

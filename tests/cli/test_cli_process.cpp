@@ -93,5 +93,49 @@ TEST(CliStandardDescriptors, ClosedStderrNeverReachesAnOutput) {
   }
 }
 
+// ---- signals ----------------------------------------------------------------------------------------
+// SIGINT or SIGTERM during a run left the hidden temporary output behind every time; a file-size
+// limit killed the process with SIGXFSZ and left a partial temporary.
+
+// Waits (up to 60 s) until the directory holds a hidden temporary (the outputs are reserved
+// before the work starts). Returns whether one appeared.
+bool wait_for_temporary(const Inputs& in) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const std::string& n : in.others())
+      if (!n.empty() && n[0] == '.') return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+TEST(CliSignals, InterruptRemovesTheTemporaries) {
+  // The native (fp64, one thread) run of this shape takes seconds: the signal arrives mid-run.
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    const Inputs in(1024, 8, 64);
+    testing::CliProcess p(in.args(
+        {"--backend", "native", "--lse-out", in.dir.file("lse.npy"), "--weights-out", in.dir.file("w.npy")}));
+    ASSERT_TRUE(wait_for_temporary(in)) << "no temporary output appeared";
+    ASSERT_EQ(::kill(p.pid(), sig), 0);
+    const CliResult r = p.wait();
+    EXPECT_EQ(r.signal, sig) << "exit " << r.exit_code << ": "
+                             << r.err;  // dies of it: the shell says 128 + sig
+    EXPECT_THAT(in.others(), ::testing::IsEmpty()) << "signal " << sig;
+  }
+}
+
+TEST(CliSignals, FileSizeLimitIsAnIoError) {
+  Inputs in;
+  CliOptions o;
+  o.file_size_limit = 1000;  // out.npy is 128 + 1024 bytes
+  const CliResult r = testing::run_cli_with(in.args({"--lse-out", in.dir.file("lse.npy")}), o);
+  EXPECT_EQ(r.signal, 0) << "killed by signal " << r.signal;
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, StartsWith("error:"));
+  EXPECT_THAT(r.err, HasSubstr("File too large"));
+  EXPECT_THAT(r.err, HasSubstr("[io_error]"));
+  EXPECT_THAT(in.others(), ::testing::IsEmpty());
+}
+
 }  // namespace
 }  // namespace attnops::cli
