@@ -25,12 +25,12 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -240,9 +240,8 @@ std::string csv_quote(const std::string& s) {
   return out + "\"";
 }
 
-void write_csv(const std::string& path, const std::vector<Row>& rows, const SgemmResult& sgemm) {
-  std::ofstream f(path);
-  if (!f) throw Error(ErrorCode::io_error, "--csv " + path + ": cannot open for writing");
+std::string csv_text(const std::vector<Row>& rows, const SgemmResult& sgemm) {
+  std::ostringstream f;
   f << "operator,backend_requested,ran,backend,kernel,B,Hq,Hkv,Tq,Tk,D,dtype,causal,pass,"
        "median_ms,gflops,kernel_ms,kernel_gflops,vs_sgemm,max_err,reasons,error\n";
   auto num = [](double v) { return std::isfinite(v) ? fmt("%.6g", v) : std::string(); };
@@ -256,10 +255,10 @@ void write_csv(const std::string& path, const std::vector<Row>& rows, const Sgem
       << pass_name(r.pass) << "," << num(r.median_ms) << "," << num(r.gflops) << "," << num(r.kernel_ms)
       << "," << num(r.kernel_gflops) << "," << num(r.vs_sgemm) << "," << num(r.max_err) << ","
       << csv_quote(r.reasons) << "," << csv_quote(r.error) << "\n";
-  if (!f) throw Error(ErrorCode::io_error, "--csv " + path + ": write failed");
+  return f.str();
 }
 
-void write_json(const std::string& path, const std::vector<Row>& rows, const SgemmResult& sgemm) {
+std::string json_text(const std::vector<Row>& rows, const SgemmResult& sgemm) {
   nlohmann::json j;
   j["flops_convention"] = kFlopsNote;
   if (sgemm.n > 0)
@@ -290,10 +289,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Sge
                          {"max_err", num(r.max_err)},
                          {"reasons", r.reasons},
                          {"error", r.error}});
-  std::ofstream f(path);
-  if (!f) throw Error(ErrorCode::io_error, "--json " + path + ": cannot open for writing");
-  f << j.dump(2) << "\n";
-  if (!f) throw Error(ErrorCode::io_error, "--json " + path + ": write failed");
+  return j.dump(2) + "\n";
 }
 
 void plot_rows(const std::string& path, int fd, const std::vector<Row>& rows, const SgemmResult& sgemm,
@@ -372,9 +368,12 @@ int bench(const BenchArgs& a) {
   if (spec.ops.empty()) spec.ops = registry().list();
   for (const auto& op : spec.ops) registry().canonical(op);  // unknown names fail before any timing
   if (!a.plot.empty()) plot_terminal(a.plot);                // so does a plot file gnuplot cannot write
-  // The plot's file is reserved now (a bad path fails before any timing) and appears only once
-  // gnuplot has written it all (output_set.h); gnuplot writes to its descriptor, never a path.
+  // The output files are reserved now (a bad path, or one file for two outputs, fails before
+  // any timing) and appear only once all were written (output_set.h); gnuplot writes to the
+  // plot's descriptor, never a path.
   OutputSet outs;
+  const int csv_file = a.csv.empty() ? -1 : outs.add(a.csv, "--csv");
+  const int json_file = a.json.empty() ? -1 : outs.add(a.json, "--json");
   const int plot_file = a.plot.empty() ? -1 : outs.add(a.plot, "--plot");
 
   const Config config = load_optional_config(a.config);
@@ -422,8 +421,8 @@ int bench(const BenchArgs& a) {
   bar.finish();
 
   print_table(std::cout, rows, sgemm);
-  if (!a.csv.empty()) write_csv(a.csv, rows, sgemm);
-  if (!a.json.empty()) write_json(a.json, rows, sgemm);
+  if (csv_file >= 0) outs.write(csv_file, csv_text(rows, sgemm));
+  if (json_file >= 0) outs.write(json_file, json_text(rows, sgemm));
   if (plot_file >= 0)
     plot_rows(a.plot, outs.fd(plot_file), rows, sgemm, spec.causal.size() > 1, spec.dtypes.size() > 1,
               spec.passes.size() > 1);

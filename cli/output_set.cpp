@@ -116,6 +116,19 @@ int OutputSet::fd(int index) const {
   return outputs_.at(static_cast<std::size_t>(index)).fd;
 }
 
+void OutputSet::write(int index, const std::string& bytes) const {
+  const Output& o = outputs_.at(static_cast<std::size_t>(index));
+  const char* p = bytes.data();
+  std::size_t left = bytes.size();
+  while (left > 0) {
+    const ssize_t w = ::write(o.fd, p, left);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail(o.what, o.path, "write failed (" + errno_text() + ")");
+    p += w;
+    left -= static_cast<std::size_t>(w);
+  }
+}
+
 const std::string& OutputSet::name(int index) const {
   return outputs_.at(static_cast<std::size_t>(index)).path;
 }

@@ -42,7 +42,9 @@ class OutputSet {
 
   // Reserves output `path`; `what` (e.g. "--out") names it in messages. Returns its index.
   int add(const std::string& path, const std::string& what);
-  int fd(int index) const;                   // where to write the output's bytes
+  int fd(int index) const;  // where to write the output's bytes
+  // Writes all of `bytes` to the output (retrying short writes). Error(io_error) naming it.
+  void write(int index, const std::string& bytes) const;
   const std::string& name(int index) const;  // the target path, for messages
   // Closes every file (reporting write errors, e.g. a full disk) and renames the temporaries
   // onto their targets. Throws Error(io_error) naming the output that failed.

@@ -108,5 +108,55 @@ TEST(CliOutputTargets, DistinctFilesAreAccepted) {
   EXPECT_EQ(read_npy(in.dir.file("a/s.npy")).shape(), (std::vector<std::int64_t>{1, 2, 8}));
 }
 
+// ---- bench's CSV / JSON / plot files --------------------------------------------------------------
+// `--csv /dev/full` and `--json /dev/full` exited 0 (the stream's flush was never checked) and
+// `--csv X --json X` silently kept one of the two.
+
+std::vector<std::string> small_bench(std::vector<std::string> outputs) {
+  std::vector<std::string> a{"bench",   "--ops",     "vanilla", "--backends", "native", "--shapes",
+                             "1,1,8,8", "--repeats", "1",       "--sgemm",    "0",      "--no-progress"};
+  a.insert(a.end(), outputs.begin(), outputs.end());
+  return a;
+}
+
+TEST(CliBenchOutputs, WriteFailuresAreErrors) {
+  for (const char* flag : {"--csv", "--json"}) {
+    const CliResult r = testing::run_cli(small_bench({flag, "/dev/full"}));
+    expect_error(r, flag);
+  }
+  // A regular file past the file-size limit (ulimit -f): the write fails with EFBIG. (The limit
+  // holds for the captured stderr too: the message is shorter; stdout goes to /dev/null.)
+  TempDir dir;
+  for (const char* flag : {"--csv", "--json"}) {
+    CliOptions o;
+    o.file_size_limit = 150;  // the CSV header and the JSON's first lines are longer
+    o.close_stdout = true;
+    const CliResult r = testing::run_cli_with(small_bench({flag, dir.file("rows")}), o);
+    expect_error(r, flag);
+    EXPECT_THAT(r.err, HasSubstr("File too large"));
+    EXPECT_FALSE(std::filesystem::exists(dir.file("rows")));
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path())) << "no temporary left";
+}
+
+TEST(CliBenchOutputs, OneFileForTwoOutputsIsRefusedBeforeTiming) {
+  TempDir dir;
+  CliOptions o;
+  o.cwd = dir.path();
+  const CliResult r = testing::run_cli_with(small_bench({"--csv", "rows", "--json", "./rows"}), o);
+  expect_error(r, "is also the output of --csv");
+  EXPECT_EQ(r.out, "") << "refused before any row ran";
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
+}
+
+TEST(CliBenchOutputs, EveryOutputIsWritten) {
+  TempDir dir;
+  const CliResult r =
+      testing::run_cli(small_bench({"--csv", dir.file("b.csv"), "--json", dir.file("b.json")}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(testing::read_file(dir.file("b.csv")), StartsWith("operator,backend_requested"));
+  EXPECT_THAT(testing::read_file(dir.file("b.json")), HasSubstr("\"rows\""));
+}
+
 }  // namespace
 }  // namespace attnops::cli
