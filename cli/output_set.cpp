@@ -6,7 +6,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <random>
 
 #include "attnops/error.h"
@@ -23,17 +22,12 @@ std::string errno_text() {
   return std::strerror(errno);
 }
 
-// A name in the target's directory that no one else uses: ".NAME.attnops-XXXXXXXX".
-std::string temp_name(const std::string& path, std::mt19937_64& rng) {
-  const std::filesystem::path p(path);
-  char suffix[17];
-  std::snprintf(suffix, sizeof suffix, "%016llx", static_cast<unsigned long long>(rng()));
-  // Appended piece by piece: "." + string trips GCC 12's -Wrestrict false positive (-Werror).
-  std::string name(1, '.');
-  name += p.filename().string();
-  name += ".attnops-";
-  name += suffix;
-  return (p.parent_path() / name).string();
+// A name in the target's directory that no one else uses: ".attnops-XXXXXXXXXXXXXXXX" (64
+// random bits). Fixed length, whatever the target's name: a target of NAME_MAX bytes works.
+std::string temp_name(const std::string& dir, std::mt19937_64& rng) {
+  char name[32];
+  std::snprintf(name, sizeof name, ".attnops-%016llx", static_cast<unsigned long long>(rng()));
+  return dir + "/" + name;
 }
 
 }  // namespace
@@ -97,7 +91,7 @@ int OutputSet::add(const std::string& path, const std::string& what) {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   o.slot.emplace();
   for (int attempt = 0; attempt < 100 && o.fd < 0; ++attempt) {
-    o.temp = temp_name(path, rng);
+    o.temp = temp_name(target.dir, rng);
     o.slot->arm(o.temp);  // a signal from now on removes it
     o.fd = ::open(o.temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (o.fd < 0) {

@@ -8,7 +8,8 @@
 //   write_npy(outs.fd(o), outs.name(o), result); // fill each output
 //   outs.commit();                               // only now do the files appear
 //
-// add() creates a temporary file next to its target (same directory, so the final rename is
+// add() creates a temporary file next to its target, named .attnops-<16 hex digits> whatever
+// the target is called (a name of NAME_MAX bytes works), in the same directory, so the final rename is
 // atomic and never crosses file systems): a missing directory, a directory as target, an
 // unwritable place or one file named twice fails before any work. "One file" is decided by
 // identity, not spelling: the directory's (device, inode) and the last path component, or the

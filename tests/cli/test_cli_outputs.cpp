@@ -108,6 +108,23 @@ TEST(CliOutputTargets, DistinctFilesAreAccepted) {
   EXPECT_EQ(read_npy(in.dir.file("a/s.npy")).shape(), (std::vector<std::int64_t>{1, 2, 8}));
 }
 
+// ---- long names ---------------------------------------------------------------------------------
+// Names of 230-255 bytes (NAME_MAX) failed: the temporary's name added 26 bytes to them.
+
+TEST(CliOutputTargets, NamesUpToNameMaxWork) {
+  Inputs in;
+  for (const std::size_t length : {230u, 240u, 255u}) {
+    const std::string name = std::string(length - 4, 'o') + ".npy";
+    const CliResult r = in.run({"--out", name, "--lse-out", std::string(length, 'l')});
+    ASSERT_EQ(r.exit_code, 0) << length << ": " << r.err;
+    EXPECT_EQ(read_npy(in.dir.file(name)).shape(), (std::vector<std::int64_t>{1, 8, 2, 4}));
+    EXPECT_EQ(read_npy(in.dir.file(std::string(length, 'l'))).shape(), (std::vector<std::int64_t>{1, 2, 8}));
+    EXPECT_EQ(in.others().size(), 2u) << "no temporary left";
+    std::filesystem::remove(in.dir.file(name));
+    std::filesystem::remove(in.dir.file(std::string(length, 'l')));
+  }
+}
+
 // ---- bench's CSV / JSON / plot files --------------------------------------------------------------
 // `--csv /dev/full` and `--json /dev/full` exited 0 (the stream's flush was never checked) and
 // `--csv X --json X` silently kept one of the two.
