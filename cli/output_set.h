@@ -8,20 +8,25 @@
 //   write_npy(outs.fd(o), outs.name(o), result); // fill each output
 //   outs.commit();                               // only now do the files appear
 //
-// add() creates a temporary file next to its target, named .attnops-<16 hex digits> whatever
-// the target is called (a name of NAME_MAX bytes works), in the same directory, so the final rename is
-// atomic and never crosses file systems): a missing directory, a directory as target, an
-// unwritable place or one file named twice fails before any work. "One file" is decided by
-// identity, not spelling: the directory's (device, inode) and the last path component, or the
-// file's own (device, inode) when it exists, so s.npy, ./s.npy, /abs/s.npy, a/../s.npy, a
-// symlinked directory, a symlink or a hard link to it are all the same output. commit() renames every
-// temporary onto its target once all were written. If anything fails before (an exception
-// unwinding past the set), the destructor removes the temporaries: a failed command leaves no
-// new file and never a partial one, and existing targets keep their old content. An existing
-// target that is not a regular file (a FIFO, /dev/stdout) cannot be replaced by rename; it is
-// opened directly by add() and written in place, outside the all-or-nothing guarantee. The
-// temporaries are also removed when the program is killed by SIGINT, SIGTERM or SIGHUP
-// (cli/temp_files.h).
+// The rules (README, "Processes and files"):
+//  - add() reserves an output before any work: a missing directory, a directory as target, an
+//    unwritable place, a target that is not a regular file, or one file named by two outputs
+//    fails at once. "One file" is decided by identity, not spelling: the directory's (device,
+//    inode) and the last path component after following symbolic links, or the file's own
+//    (device, inode) when it exists, so s.npy, ./s.npy, /abs/s.npy, a/../s.npy, a symlinked
+//    directory, a symlink or a hard link to it are all the same output.
+//  - Each output is written to a temporary next to its target (same directory, so the final
+//    rename is atomic and never crosses file systems), named .attnops-<16 hex digits> whatever
+//    the target is called (a name of NAME_MAX bytes works). commit() renames every temporary onto
+//    its target once all were written; before that (an exception unwinding past the set) the
+//    destructor removes them: a failed command leaves no new file and never a partial one, and
+//    existing targets keep their old content. SIGINT, SIGTERM and SIGHUP remove them too
+//    (cli/temp_files.h).
+//  - A symbolic link is followed (as open() would): the file it ends at is replaced and the link
+//    stays. A replaced file keeps its permission bits (its owner becomes the caller).
+//  - FIFOs, sockets and devices are refused (a FIFO would block, or hand a reader a partial
+//    file); /dev/null is the exception: written in place, the output discarded (several
+//    outputs may name it).
 #pragma once
 
 #include <sys/types.h>
@@ -60,12 +65,14 @@ class OutputSet {
     dev_t dev = 0;  // when it exists
     ino_t ino = 0;
     mode_t mode = 0;
+    bool dev_null = false;  // it is /dev/null
     bool same_file(const Target& other) const;
   };
-  static Target locate(const std::string& path, const std::string& what);
+  static Target locate(const std::string& path, const std::string& shown, const std::string& what);
 
   struct Output {
-    std::string path, what, temp;  // temp empty: written in place (not a regular file)
+    std::string path, what, temp;  // temp empty: written in place (/dev/null)
+    std::string resolved;          // path with its symbolic links followed: what is replaced
     Target target;
     int fd = -1;
     std::optional<TempFileSlot> slot;  // the temporary in the signal handler's table

@@ -8,11 +8,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 
 extern char** environ;
 
@@ -117,11 +119,29 @@ pid_t start_child(const std::vector<std::string>& args, const CliOptions& o, con
   ::_exit(127);
 }
 
-CliResult reap(pid_t pid, const std::string& out_path, const std::string& err_path) {
+CliResult reap(pid_t pid, const std::string& out_path, const std::string& err_path, double timeout_seconds) {
   int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  bool timed_out = false;
+  if (timeout_seconds > 0) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_seconds);
+    for (;;) {
+      const pid_t got = ::waitpid(pid, &status, WNOHANG);
+      if (got == pid || (got < 0 && errno != EINTR)) break;
+      if (std::chrono::steady_clock::now() > deadline) {
+        ::kill(pid, SIGKILL);
+        timed_out = true;
+        while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  } else {
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
   }
   CliResult r;
+  r.timed_out = timed_out;
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
   r.out = read_file(out_path);
@@ -144,7 +164,8 @@ CliResult run_cli(const std::vector<std::string>& args,
 }
 
 CliProcess::CliProcess(const std::vector<std::string>& args, const CliOptions& options)
-    : pid_(start_child(args, options, dir_.file("stdout"), dir_.file("stderr"))) {}
+    : pid_(start_child(args, options, dir_.file("stdout"), dir_.file("stderr"))),
+      timeout_seconds_(options.timeout_seconds) {}
 
 CliProcess::~CliProcess() {
   if (pid_ > 0) {
@@ -159,7 +180,7 @@ CliResult CliProcess::wait() {
   if (pid_ <= 0) throw std::logic_error("CliProcess::wait: already waited");
   const pid_t pid = pid_;
   pid_ = -1;
-  return reap(pid, dir_.file("stdout"), dir_.file("stderr"));
+  return reap(pid, dir_.file("stdout"), dir_.file("stderr"), timeout_seconds_);
 }
 
 }  // namespace attnops::cli::testing

@@ -13,8 +13,9 @@
 namespace attnops::cli::testing {
 
 struct CliResult {
-  int exit_code = -1;  // when the child exited normally
-  int signal = 0;      // when a signal killed it (must never happen)
+  int exit_code = -1;      // when the child exited normally
+  int signal = 0;          // when a signal killed it (must never happen)
+  bool timed_out = false;  // killed (SIGKILL) after CliOptions::timeout_seconds
   std::string out, err;
   std::string last_err_line() const;  // the last non-empty line on stderr
 };
@@ -47,6 +48,7 @@ struct CliOptions {
   std::string cwd;                                                       // empty: the test's own
   bool close_stdin = false, close_stdout = false, close_stderr = false;  // instead of redirecting
   long long file_size_limit = -1;  // RLIMIT_FSIZE in bytes (ulimit -f); -1: unchanged
+  double timeout_seconds = 0;      // > 0: SIGKILL after this long (a test of a hang must end)
 };
 
 CliResult run_cli_with(const std::vector<std::string>& args, const CliOptions& options);
@@ -65,6 +67,7 @@ class CliProcess {
  private:
   TempDir dir_;  // the captured stdout and stderr
   pid_t pid_ = -1;
+  double timeout_seconds_ = 0;
 };
 
 std::string read_file(const std::string& path);

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -123,6 +124,66 @@ TEST(CliOutputTargets, NamesUpToNameMaxWork) {
     std::filesystem::remove(in.dir.file(name));
     std::filesystem::remove(in.dir.file(std::string(length, 'l')));
   }
+}
+
+// ---- links, modes, files that are not regular ------------------------------------------------------
+// A symlinked output was replaced by a regular file, a 0600 output came back 0644 and an output
+// on a FIFO blocked for ever.
+
+mode_t mode_of(const std::string& path) {
+  struct stat st {};
+  EXPECT_EQ(::stat(path.c_str(), &st), 0) << path;
+  return st.st_mode & 07777;
+}
+
+bool is_symlink(const std::string& path) {
+  struct stat st {};
+  return ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
+}
+
+TEST(CliOutputTargets, SymlinksAreFollowedAndModesKept) {
+  Inputs in;
+  ASSERT_EQ(::mkdir(in.dir.file("sub").c_str(), 0755), 0);
+  testing::write_file(in.dir.file("real.npy"), "old");
+  ASSERT_EQ(::chmod(in.dir.file("real.npy").c_str(), 0600), 0);
+  testing::write_file(in.dir.file("plain.npy"), "old");
+  ASSERT_EQ(::chmod(in.dir.file("plain.npy").c_str(), 0640), 0);
+  ASSERT_EQ(::symlink("real.npy", in.dir.file("link.npy").c_str()), 0);              // to an existing file
+  ASSERT_EQ(::symlink("../fresh.npy", in.dir.file("sub/dangling.npy").c_str()), 0);  // to a new one, relative
+  ASSERT_EQ(::symlink("link.npy", in.dir.file("chain.npy").c_str()), 0);             // a link to a link
+  const CliResult r =
+      in.run({"--out", "link.npy", "--lse-out", "sub/dangling.npy", "--weights-out", "plain.npy"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(is_symlink(in.dir.file("link.npy")));
+  EXPECT_TRUE(is_symlink(in.dir.file("sub/dangling.npy")));
+  EXPECT_EQ(read_npy(in.dir.file("real.npy")).shape(), (std::vector<std::int64_t>{1, 8, 2, 4}));
+  EXPECT_EQ(read_npy(in.dir.file("fresh.npy")).shape(), (std::vector<std::int64_t>{1, 2, 8}));
+  EXPECT_EQ(read_npy(in.dir.file("plain.npy")).shape(), (std::vector<std::int64_t>{1, 2, 8, 8}));
+  EXPECT_EQ(mode_of(in.dir.file("real.npy")), 0600u);
+  EXPECT_EQ(mode_of(in.dir.file("plain.npy")), 0640u);
+  // chain.npy -> link.npy -> real.npy: the same file as link.npy.
+  expect_error(in.run({"--out", "link.npy", "--lse-out", "chain.npy"}), "is also the output of --out");
+  // A loop of links is an error, not a hang.
+  ASSERT_EQ(::symlink("loop_b", in.dir.file("loop_a").c_str()), 0);
+  ASSERT_EQ(::symlink("loop_a", in.dir.file("loop_b").c_str()), 0);
+  expect_error(in.run({"--out", "loop_a"}), "loop_a");
+}
+
+TEST(CliOutputTargets, NonRegularTargetsAreRefused) {
+  Inputs in;
+  ASSERT_EQ(::mkfifo(in.dir.file("fifo").c_str(), 0600), 0);
+  CliOptions o = in.in_dir;
+  o.timeout_seconds = 30;  // it used to block for ever, waiting for a reader
+  for (const char* target : {"fifo", "/dev/full", "/dev/zero"}) {
+    const CliResult r = testing::run_cli_with(in.args({"--out", target}), o);
+    EXPECT_FALSE(r.timed_out) << target;
+    expect_error(r, "not a regular file");
+  }
+  ASSERT_EQ(::symlink("fifo", in.dir.file("to_fifo").c_str()), 0);
+  expect_error(testing::run_cli_with(in.args({"--out", "to_fifo"}), o), "not a regular file");
+  // /dev/null is accepted (the outputs are computed and discarded), even for several outputs.
+  const CliResult r = testing::run_cli_with(in.args({"--out", "/dev/null", "--lse-out", "/dev/null"}), o);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 // ---- bench's CSV / JSON / plot files --------------------------------------------------------------
