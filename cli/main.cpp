@@ -61,7 +61,7 @@ int run_main(int argc, char** argv) {
   app.footer(
       "Exit status: 0 success; 2 usage error or bad input (message on stderr starting with 'error:').\n"
       "Environment: ATTNOPS_LOG=dispatch prints one line per dispatch decision on stderr;\n"
-      "ATTNOPS_FORCE_NATIVE=1 runs every call on the native backend.");
+      "ATTNOPS_FORCE_NATIVE=1 (true, yes) runs every call on the native backend.");
   std::vector<attnops::cli::Command> commands;
   try {
     commands = {attnops::cli::add_run_command(app), attnops::cli::add_info_command(app),

@@ -1,6 +1,7 @@
 #include "registry/dispatcher.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,14 +11,31 @@
 #include "attnops/cost.h"
 #include "attnops/error.h"
 #include "backends/common/block_map_impl.h"
+#include "core/printable.h"
 #include "operators/gates.h"
 
 namespace attnops {
 
+namespace {
+
+// A yes/no environment variable: 1, true, yes (on) or 0, false, no, empty (off), any case.
+// Anything else is an error naming the variable: a typo must not silently mean "on".
+bool env_switch(const char* name, const char* value) {
+  std::string v(value);
+  std::transform(v.begin(), v.end(), v.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  if (v == "1" || v == "true" || v == "yes") return true;
+  if (v.empty() || v == "0" || v == "false" || v == "no") return false;
+  throw Error(ErrorCode::invalid_argument, std::string(name) + "='" + printable(value, 40) +
+                                               "': expected 1, true or yes (on), or 0, false or no (off)");
+}
+
+}  // namespace
+
 RuntimeFlags RuntimeFlags::from_env() {
   RuntimeFlags f;
   if (const char* s = std::getenv("ATTNOPS_FORCE_NATIVE"))
-    f.force_native = *s != '\0' && std::strcmp(s, "0") != 0 && std::strcmp(s, "false") != 0;
+    f.force_native = env_switch("ATTNOPS_FORCE_NATIVE", s);
   if (const char* s = std::getenv("ATTNOPS_LOG")) {
     std::string v = std::string(",") + s + ",";
     f.log_dispatch = v.find(",dispatch,") != std::string::npos || v.find(",all,") != std::string::npos;
@@ -252,9 +270,11 @@ AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const
   if (device_inputs) {
     const char* which = q.on_device() ? "q" : k.on_device() ? "k" : "v";
     if (flags.force_native)
-      throw Error(ErrorCode::invalid_argument, std::string(which) + " is a device tensor and ATTNOPS_FORCE_NATIVE=1 "
-                                               "asks for the native backend, which reads host memory only: copy "
-                                               "the inputs with DeviceTensor::to_host() or unset it");
+      throw Error(ErrorCode::invalid_argument,
+                  std::string(which) +
+                      " is a device tensor and ATTNOPS_FORCE_NATIVE=1 "
+                      "asks for the native backend, which reads host memory only: copy "
+                      "the inputs with DeviceTensor::to_host() or unset it");
     if (!md.backends.empty() && md.backends.front() != Backend::gpu)
       throw Error(ErrorCode::invalid_argument,
                   std::string(which) + " is a device tensor and the backend asked for is " +
@@ -284,12 +304,13 @@ AttentionGradients dispatch_backward(OperationImpl& requested, OperationImpl& va
   // The backward reads host tensors only (no backend has a device-resident backward yet: the gpu
   // backward uploads q, k, v, out and dout like any host input).
   const std::pair<const char*, const TensorView*> args[] = {{"q", &q},     {"k", &k},     {"v", &v},
-                                                             {"out", &out}, {"lse", &lse}, {"dout", &dout}};
+                                                            {"out", &out}, {"lse", &lse}, {"dout", &dout}};
   for (const auto& [name, t] : args)
     if (t->on_device())
       throw Error(ErrorCode::invalid_argument,
-                  std::string(name) + " is a device tensor, and the backward reads host memory only: copy it with "
-                                      "DeviceTensor::to_host()");
+                  std::string(name) +
+                      " is a device tensor, and the backward reads host memory only: copy it with "
+                      "DeviceTensor::to_host()");
   const BackwardProblem p = make_backward_problem(q, k, v, out, lse, dout, options, requested.metadata());
   DispatchDecision d;
   d.pass = Pass::backward;

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -90,6 +91,39 @@ TEST(CliStandardDescriptors, ClosedStderrNeverReachesAnOutput) {
     ASSERT_EQ(r.exit_code, 0) << close_stdout;
     EXPECT_LE(in.error_of_output(), 2e-5);  // read_npy throws on a corrupted file
     EXPECT_EQ(read_npy(in.dir.file("lse.npy")).shape(), (std::vector<std::int64_t>{1, 2, 16}));
+  }
+}
+
+// ---- the environment -------------------------------------------------------------------------------
+// ATTNOPS_FORCE_NATIVE=no forced native (anything but "0" and "false" did).
+
+TEST(CliEnvironment, ForceNativeTakesYesOrNo) {
+  Inputs in;
+  const auto backend_with = [&](const std::optional<std::string>& value) {
+    CliOptions o;
+    o.env = {{"ATTNOPS_FORCE_NATIVE", value}};
+    return testing::run_cli_with(in.args({"--backend", "cpu", "--explain"}), o);
+  };
+  for (const char* on : {"1", "true", "yes", "TRUE", "Yes"}) {
+    const CliResult r = backend_with(std::string(on));
+    ASSERT_EQ(r.exit_code, 0) << on << ": " << r.err;
+    EXPECT_THAT(r.last_err_line(), HasSubstr("\"backend\": \"native\"")) << on;
+  }
+  for (const std::optional<std::string>& off :
+       {std::optional<std::string>("0"), std::optional<std::string>("false"),
+        std::optional<std::string>("no"), std::optional<std::string>("NO"), std::optional<std::string>(""),
+        std::optional<std::string>()}) {
+    const CliResult r = backend_with(off);
+    ASSERT_EQ(r.exit_code, 0) << off.value_or("(unset)") << ": " << r.err;
+    EXPECT_THAT(r.last_err_line(), HasSubstr("\"backend\": \"cpu\"")) << off.value_or("(unset)");
+  }
+  std::filesystem::remove(in.dir.file("out.npy"));
+  for (const char* bad : {"maybe", "2", "on"}) {
+    const CliResult r = backend_with(std::string(bad));
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_THAT(r.err, HasSubstr("ATTNOPS_FORCE_NATIVE"));
+    EXPECT_THAT(r.err, HasSubstr("[invalid_argument]"));
+    EXPECT_THAT(in.others(), ::testing::IsEmpty());
   }
 }
 
