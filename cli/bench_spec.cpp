@@ -1,8 +1,11 @@
 #include "cli/bench_spec.h"
 
+#include <unistd.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <limits>
 
 #include "attnops/config.h"
 #include "attnops/decision.h"
@@ -81,6 +84,80 @@ std::vector<Pass> parse_passes(std::string_view text) {
     }
   }
   return out;
+}
+
+namespace {
+
+// a * b, saturating at UINT64_MAX.
+std::uint64_t mul_sat(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? std::numeric_limits<std::uint64_t>::max() : r;
+}
+std::uint64_t add_sat(std::uint64_t a, std::uint64_t b) {
+  std::uint64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? std::numeric_limits<std::uint64_t>::max() : r;
+}
+
+std::string human_bytes(std::uint64_t b) {
+  const char* units[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+  double x = static_cast<double>(b);
+  int u = 0;
+  while (x >= 1024 && u < 6) x /= 1024, ++u;
+  char buf[48];
+  std::snprintf(buf, sizeof buf, u ? "%.1f %s" : "%.0f %s", x, units[u]);
+  return buf;
+}
+
+}  // namespace
+
+std::uint64_t bench_row_bytes(const BenchShape& s, DType dtype, Pass pass) {
+  const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(x); };
+  const std::uint64_t es = dtype_size(dtype);
+  const std::uint64_t qo = mul_sat(mul_sat(mul_sat(u(s.B), u(s.Tq)), u(s.Hq)), u(s.D));   // q, out, dout, dq
+  const std::uint64_t kv = mul_sat(mul_sat(mul_sat(u(s.B), u(s.Tk)), u(s.Hkv)), u(s.D));  // k, v, dk, dv
+  const std::uint64_t lse = mul_sat(mul_sat(mul_sat(u(s.B), u(s.Hq)), u(s.Tq)), 4);
+  const std::uint64_t copies = pass == Pass::backward ? 4 : 2;
+  return add_sat(add_sat(mul_sat(mul_sat(qo, copies), es), mul_sat(mul_sat(kv, copies), es)), lse);
+}
+
+std::uint64_t physical_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return std::numeric_limits<std::uint64_t>::max();  // unknown: no limit
+  return mul_sat(static_cast<std::uint64_t>(pages), static_cast<std::uint64_t>(page));
+}
+
+void check_bench_size(const BenchSpec& spec, std::size_t ops, std::uint64_t memory_bytes) {
+  const std::uint64_t factors[] = {ops,
+                                   spec.backends.size(),
+                                   spec.shapes.size(),
+                                   spec.dtypes.size(),
+                                   spec.causal.size(),
+                                   spec.passes.size()};
+  std::uint64_t rows = 1;
+  std::string product;
+  for (const std::uint64_t f : factors) {
+    rows = mul_sat(rows, f);
+    product += (product.empty() ? "" : " x ") + std::to_string(f);
+  }
+  if (rows > static_cast<std::uint64_t>(kMaxBenchRows))
+    throw Error(ErrorCode::invalid_argument,
+                "bench: the sweep has " + std::to_string(rows) +
+                    " rows (operators x backends x shapes x dtypes x causal x passes = " + product +
+                    "), more than the " + std::to_string(kMaxBenchRows) + " a run may have");
+  const auto n = static_cast<std::uint64_t>(spec.sgemm);  // three n x n f32 matrices
+  if (const std::uint64_t need = mul_sat(mul_sat(mul_sat(n, n), 3), 4); need > memory_bytes)
+    throw Error(ErrorCode::out_of_memory, "bench: the SGEMM row (sgemm: " + std::to_string(n) + ") needs " +
+                                              human_bytes(need) + ", more than this machine's " +
+                                              human_bytes(memory_bytes) + " of memory");
+  for (const BenchShape& s : spec.shapes)
+    for (const DType d : spec.dtypes)
+      for (const Pass p : spec.passes)
+        if (const std::uint64_t need = bench_row_bytes(s, d, p); need > memory_bytes)
+          throw Error(ErrorCode::out_of_memory,
+                      "bench: shape " + s.label() + " " + std::string(dtype_name(d)) + " " +
+                          std::string(pass_name(p)) + " needs at least " + human_bytes(need) +
+                          " for its tensors, more than this machine's " + human_bytes(memory_bytes) +
+                          " of memory");
 }
 
 namespace {

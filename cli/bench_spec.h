@@ -47,6 +47,21 @@ std::vector<bool> parse_causal_mode(std::string_view text);
 // "forward" | "backward" | "both", or a comma-separated list of the first two.
 std::vector<Pass> parse_passes(std::string_view text);
 
+// A sweep is sized before anything is allocated or timed (a few KiB of bench file can name a
+// million rows, one shape terabytes): at most kMaxBenchRows rows, and no row whose tensors
+// alone exceed the machine's memory.
+inline constexpr std::int64_t kMaxBenchRows = 100000;
+
+// The bytes of a row's tensors: q, k, v, out, lse, and for a backward row also dout, dq, dk,
+// dv; saturating at UINT64_MAX. A lower bound of what the row allocates.
+std::uint64_t bench_row_bytes(const BenchShape& s, DType dtype, Pass pass);
+
+// Checks the sweep of `spec` over `ops` operators: Error(invalid_argument) naming the product
+// when it has more than kMaxBenchRows rows; Error(out_of_memory) naming the shape when a row
+// needs more than `memory_bytes` (the physical memory, physical_memory_bytes()).
+void check_bench_size(const BenchSpec& spec, std::size_t ops, std::uint64_t memory_bytes);
+std::uint64_t physical_memory_bytes();
+
 // Reads a bench file; Error(config_error) naming the file and the key for a wrong value.
 BenchSpec load_bench_file(const std::string& path);
 // The same for a bench file's text already in memory (the fuzz target's entry); `source` names

@@ -368,6 +368,7 @@ int bench(const BenchArgs& a) {
   if (spec.ops.empty()) spec.ops = registry().list();
   for (const auto& op : spec.ops) registry().canonical(op);  // unknown names fail before any timing
   if (!a.plot.empty()) plot_terminal(a.plot);                // so does a plot file gnuplot cannot write
+  check_bench_size(spec, spec.ops.size(), physical_memory_bytes());  // and a sweep larger than the machine
   // The output files are reserved now (a bad path, or one file for two outputs, fails before
   // any timing) and appear only once all were written (output_set.h); gnuplot writes to the
   // plot's descriptor, never a path.

@@ -98,6 +98,39 @@ TEST(CliUnboundedReads, HeaderDeclaringMoreThanTheFileHolds) {
   expect_error(run_cli(in.args({}, path)), "truncated");
 }
 
+// ---- bench sweeps larger than the machine -----------------------------------------------------------
+// A bench file of a few KiB expanding to a million rows, or a shape whose tensors exceed the
+// memory, grew without bound (allocating every row, then every tensor) instead of failing.
+
+TEST(CliUnboundedReads, BenchSweepsAreSizedBeforeAnything) {
+  TempDir dir;
+  std::string backends = "backends: [", shapes = "shapes: [";
+  for (int i = 0; i < 1000; ++i) {
+    backends += i ? ", auto" : "auto";
+    shapes += i ? ", \"1,1,8,8\"" : "\"1,1,8,8\"";
+  }
+  testing::write_file(dir.file("huge.yaml"),
+                      "ops: [vanilla]\n" + backends + "]\n" + shapes + "]\nsgemm: 0\n");
+  testing::CliOptions o;
+  o.timeout_seconds = 60;  // it used to start timing a million rows
+  CliResult r = testing::run_cli_with({"bench", "--file", dir.file("huge.yaml"), "--no-progress"}, o);
+  EXPECT_FALSE(r.timed_out);
+  expect_error(r, "1000000 rows");
+  EXPECT_THAT(r.err, HasSubstr("[invalid_argument]"));
+  EXPECT_EQ(r.out, "");
+  // 2 TB of q, k and v for one row: refused before any row is timed or any tensor allocated.
+  r = testing::run_cli_with({"bench", "--ops", "vanilla", "--backends", "native", "--shapes",
+                             "1,1,8,8;1,8,1000000000,64", "--sgemm", "0", "--no-progress"},
+                            o);
+  EXPECT_FALSE(r.timed_out);
+  expect_error(r, "B1 H8 T1000000000 D64");
+  EXPECT_THAT(r.err, HasSubstr("[out_of_memory]"));
+  EXPECT_EQ(r.out, "");
+  r = testing::run_cli_with({"bench", "--shapes", "1,1,8,8", "--sgemm", "2000000000", "--no-progress"}, o);
+  expect_error(r, "sgemm: 2000000000");
+  EXPECT_EQ(r.out, "");
+}
+
 // ---- outputs: all or nothing ------------------------------------------------------------------
 
 TEST(CliOutputs, FailingLseOutLeavesNoOut) {
