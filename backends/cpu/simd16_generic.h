@@ -6,10 +6,8 @@
 
 // GCC notes that 64-byte vectors are passed differently with and without AVX-512 (-Wpsabi).
 // These functions are inline and private to the tier's namespace: only code compiled with the
-// same flags ever calls them, so the ABI difference cannot matter.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi"
-#endif
+// same flags ever calls them, so the ABI difference cannot matter; tiers.cmake compiles the tier
+// objects with -Wno-psabi (a pragma cannot silence a note).
 
 namespace attnops::cpu::ATTNOPS_TIER_NS::simd {
 
