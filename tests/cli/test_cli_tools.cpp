@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -12,6 +13,7 @@
 
 #include "attnops/attnops.h"
 #include "cli/bench_spec.h"
+#include "cli/median_timer.h"
 #include "cli/plot.h"
 #include "cli/progress.h"
 #include "cli/settings.h"
@@ -197,6 +199,44 @@ TEST(CliInfo, ConfigCanDisableABackend) {
     }
 }
 
+// A scripted clock: each now() advances by the next step of `steps` (ms), so that a timed call
+// "takes" the step taken at its end.
+struct ScriptedClock {
+  using duration = std::chrono::nanoseconds;
+  using rep = duration::rep;
+  using period = duration::period;
+  using time_point = std::chrono::time_point<ScriptedClock>;
+  static constexpr bool is_steady = true;
+  static inline std::vector<double> steps;
+  static inline std::size_t next = 0;
+  static inline double now_ms = 0;
+  static time_point now() {
+    if (next < steps.size()) now_ms += steps[next++];
+    return time_point(
+        std::chrono::duration_cast<duration>(std::chrono::duration<double, std::milli>(now_ms)));
+  }
+};
+
+// The demo's times: a warm-up, then the median of several calls, so that a call that caught the
+// scheduler's 4 ms slice (or two) does not become the row's time.
+TEST(CliDemo, TimesTheMedianOfSeveralCallsAfterAWarmUp) {
+  // now() is read before and after each timed call: steps (0, t) per call.
+  ScriptedClock::steps = {0, 8.0, 0, 0.1, 0, 16.0, 0, 0.09, 0, 0.11};
+  ScriptedClock::next = 0;
+  ScriptedClock::now_ms = 0;
+  int calls = 0;
+  const CallTimes t = median_call_time<ScriptedClock>([&] { ++calls; }, 5, 5, 0);
+  EXPECT_EQ(calls, 6);  // one warm-up + five timed
+  EXPECT_EQ(t.calls, 5);
+  EXPECT_DOUBLE_EQ(t.median_ms, 0.11);
+  // More calls while under the budget, never more than max_calls.
+  ScriptedClock::steps.assign(200, 0.5);
+  ScriptedClock::next = 0;
+  ScriptedClock::now_ms = 0;
+  EXPECT_EQ(median_call_time<ScriptedClock>([] {}, 3, 25, 4.9).calls, 10);  // 10 x 0.5 ms reach 4.9
+  EXPECT_EQ(median_call_time<ScriptedClock>([&] {}, 3, 7, 1e9).calls, 7);
+}
+
 TEST(CliDemo, ShowsEachFallbackAndSmallErrors) {
   const CliResult r = run_cli({"demo"});
   EXPECT_EQ(r.signal, 0);
@@ -222,6 +262,16 @@ TEST(CliDemo, ShowsEachFallbackAndSmallErrors) {
     EXPECT_TRUE(found) << line;
   }
   EXPECT_EQ(rows, static_cast<int>(registry().list().size() * 4));
+  // The time is the median of several calls (the header says so; each row gives the count).
+  EXPECT_THAT(r.out, HasSubstr("median_ms"));
+  EXPECT_THAT(r.out, HasSubstr("calls"));
+  std::istringstream again(r.out);
+  std::getline(again, line);
+  const std::size_t calls_at = line.find("calls");
+  while (std::getline(again, line))
+    if (!line.empty() && calls_at != std::string::npos) {
+      EXPECT_GE(std::stoi(line.substr(calls_at, 5)), 5) << line;
+    }
 }
 
 TEST(CliBench, SmallSweepWritesTableCsvJsonAndPlot) {
