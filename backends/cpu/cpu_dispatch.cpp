@@ -20,24 +20,31 @@
 
 namespace attnops::cpu {
 
+// Only the tiers of this build (ATTNOPS_CPU_BUILT_TIERS, bit i: the tier of level i) are linked.
 const TierKernels& tier_kernels(Isa isa) {
-#if defined(ATTNOPS_CPU_X86_TIERS)
   switch (isa) {
-    case Isa::baseline:
-      return tier_baseline::tier_kernels();
+#if defined(ATTNOPS_CPU_BUILT_TIERS) && (ATTNOPS_CPU_BUILT_TIERS & 2)
     case Isa::avx2:
       return tier_avx2::tier_kernels();
+#endif
+#if defined(ATTNOPS_CPU_BUILT_TIERS) && (ATTNOPS_CPU_BUILT_TIERS & 4)
     case Isa::avx512:
       return tier_avx512::tier_kernels();
+#endif
+#if defined(ATTNOPS_CPU_BUILT_TIERS) && (ATTNOPS_CPU_BUILT_TIERS & 8)
     case Isa::avx512bf16:
       return tier_avx512bf16::tier_kernels();
+#endif
+#if defined(ATTNOPS_CPU_BUILT_TIERS) && (ATTNOPS_CPU_BUILT_TIERS & 16)
     case Isa::amx:
       return tier_amx::tier_kernels();
-  }
 #endif
+    default:
+      break;
+  }
   if (isa != Isa::baseline)
-    throw Error(ErrorCode::backend_unavailable, "cpu tier " + std::string(isa_name(isa)) +
-                                                    " is not compiled into this build (baseline only)");
+    throw Error(ErrorCode::backend_unavailable,
+                "cpu tier " + std::string(isa_name(isa)) + " is not compiled into this build");
   return tier_baseline::tier_kernels();
 }
 

@@ -107,13 +107,42 @@ std::string isa_names() {
 }
 
 bool isa_compiled(Isa isa) {
-#if defined(ATTNOPS_CPU_X86_TIERS)
-  (void)isa;
-  return true;
+#if defined(ATTNOPS_CPU_BUILT_TIERS)
+  return ((ATTNOPS_CPU_BUILT_TIERS >> static_cast<int>(isa)) & 1) != 0;
 #else
   return isa == Isa::baseline;
 #endif
 }
+
+namespace {
+
+bool isa_x86_build() {
+#if defined(ATTNOPS_CPU_X86_TIERS)
+  return true;
+#else
+  return false;
+#endif
+}
+
+// The best compiled tier at or below `isa` (the baseline always is).
+Isa compiled_at_most(Isa isa) {
+  while (isa != Isa::baseline && !isa_compiled(isa)) isa = static_cast<Isa>(static_cast<int>(isa) - 1);
+  return isa;
+}
+
+// A CPU that runs tiers this build lacks (ATTNOPS_CPU_TIER_SET=host, built on a smaller CPU):
+// the best compiled tier below, with the reason.
+IsaDetection lower_to_compiled(IsaDetection d) {
+  const Isa runs = d.best;
+  d.best = compiled_at_most(runs);
+  if (d.best != runs)
+    d.refused = std::string(isa_name(static_cast<Isa>(static_cast<int>(d.best) + 1))) +
+                " refused: not compiled into this build (ATTNOPS_CPU_TIER_SET=host); the CPU runs " +
+                std::string(isa_name(runs));
+  return d;
+}
+
+}  // namespace
 
 IsaDetection decide_isa(const CpuFeatures& f) {
   IsaDetection r;
@@ -122,7 +151,7 @@ IsaDetection decide_isa(const CpuFeatures& f) {
     r.refused = std::string(isa_name(static_cast<Isa>(static_cast<int>(r.best) + 1))) + " refused: " + why;
     return r;
   };
-  if (!f.x86 || !isa_compiled(Isa::avx2)) return refuse("this build has only the baseline tier (not x86-64)");
+  if (!f.x86 || !isa_x86_build()) return refuse("this build has only the baseline tier (not x86-64)");
   // AVX2 tier.
   if (std::string m = missing({{f.avx, "AVX"}, {f.avx2, "AVX2"}, {f.fma, "FMA"}, {f.f16c, "F16C"}});
       !m.empty())
@@ -170,7 +199,7 @@ std::string CpuFeatures::summary() const {
 }
 
 const IsaDetection& detect_isa() {
-  static const IsaDetection d = decide_isa(probe());  // thread-safe, once per process
+  static const IsaDetection d = lower_to_compiled(decide_isa(probe()));  // thread-safe, once per process
   return d;
 }
 
@@ -179,7 +208,7 @@ IsaChoice choose_isa_capped(std::optional<Isa> cap) {
   IsaChoice c;
   c.detected = d.best;
   c.cap = cap;
-  c.tier = cap && *cap < d.best ? *cap : d.best;
+  c.tier = compiled_at_most(cap && *cap < d.best ? *cap : d.best);
   c.detail = "detected " + std::string(isa_name(d.best));
   if (!d.refused.empty()) c.detail += " (" + d.refused + ")";
   if (cap) {

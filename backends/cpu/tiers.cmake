@@ -73,13 +73,61 @@ function(attnops_add_cpu_tier target tier)
   target_link_libraries(${target} PRIVATE attnops_warnings OpenMP::OpenMP_CXX)
 endfunction()
 
-# x86-64 builds all five tiers; other targets only the baseline.
+# x86-64 builds all five tiers; other targets only the baseline. ATTNOPS_CPU_TIER_SET=host builds
+# the baseline up to the best tier the configuring machine runs (its /proc/cpuinfo flags): the
+# sanitizer stage's build, which runs its tests on that machine only (on an AVX2-only CPU: 2 tier
+# objects of each kernel source instead of 5). At run time the best compiled tier at or below
+# what the CPU runs is chosen (isa.cpp), so such a binary still runs anywhere.
+set(ATTNOPS_CPU_TIER_SET "all" CACHE STRING "CPU ISA tiers to build: all, or host (up to this machine's best)")
+set_property(CACHE ATTNOPS_CPU_TIER_SET PROPERTY STRINGS all host)
+if(NOT ATTNOPS_CPU_TIER_SET MATCHES "^(all|host)$")
+  message(FATAL_ERROR "ATTNOPS_CPU_TIER_SET: expected all or host, got '${ATTNOPS_CPU_TIER_SET}'")
+endif()
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
-  set(ATTNOPS_CPU_BUILD_TIERS ${ATTNOPS_CPU_TIERS} CACHE INTERNAL "CPU tiers in this build")
+  set(ATTNOPS_CPU_X86 ON CACHE INTERNAL "x86-64 build: the ISA tiers above baseline exist")
   target_compile_definitions(attnops PRIVATE ATTNOPS_CPU_X86_TIERS)
+  set(_attnops_tiers ${ATTNOPS_CPU_TIERS})
+  # ATTNOPS_CPU_HOST_FLAGS stands in for /proc/cpuinfo's flags (to build another machine's set).
+  set(ATTNOPS_CPU_HOST_FLAGS "" CACHE STRING "CPU flags for ATTNOPS_CPU_TIER_SET=host (default: /proc/cpuinfo)")
+  mark_as_advanced(ATTNOPS_CPU_HOST_FLAGS)
+  set(_attnops_flags "${ATTNOPS_CPU_HOST_FLAGS}")
+  if(NOT _attnops_flags AND EXISTS /proc/cpuinfo)
+    file(STRINGS /proc/cpuinfo _attnops_flags REGEX "^flags" LIMIT_COUNT 1)
+  endif()
+  if(ATTNOPS_CPU_TIER_SET STREQUAL "host" AND _attnops_flags)
+    set(_attnops_tiers baseline)
+    foreach(step "avx2:avx avx2 fma f16c" "avx512:avx512f avx512bw avx512dq avx512vl" "avx512bf16:avx512_bf16"
+            "amx:amx_tile amx_bf16")
+      string(REPLACE ":" ";" step "${step}")
+      list(GET step 0 tier)
+      list(GET step 1 needs)
+      string(REPLACE " " ";" needs "${needs}")
+      set(ok ON)
+      foreach(flag ${needs})
+        if(NOT " ${_attnops_flags} " MATCHES " ${flag} ")
+          set(ok OFF)
+        endif()
+      endforeach()
+      if(NOT ok)
+        break()
+      endif()
+      list(APPEND _attnops_tiers ${tier})
+    endforeach()
+    message(STATUS "attnops: CPU tiers for this machine only: ${_attnops_tiers}")
+  endif()
+  set(ATTNOPS_CPU_BUILD_TIERS ${_attnops_tiers} CACHE INTERNAL "CPU tiers in this build")
 else()
+  set(ATTNOPS_CPU_X86 OFF CACHE INTERNAL "")
   set(ATTNOPS_CPU_BUILD_TIERS baseline CACHE INTERNAL "CPU tiers in this build")
 endif()
+# The tiers in this build as a bit mask (bit i: the tier of level i), for isa.cpp, cpu_dispatch.cpp
+# and the tests that reach every tier's objects.
+set(_attnops_mask 0)
+foreach(tier ${ATTNOPS_CPU_BUILD_TIERS})
+  math(EXPR _attnops_mask "${_attnops_mask} | (1 << ${ATTNOPS_CPU_TIER_LEVEL_${tier}})")
+endforeach()
+set(ATTNOPS_CPU_BUILT_TIERS_MASK ${_attnops_mask} CACHE INTERNAL "bit i: the tier of level i is built")
+target_compile_definitions(attnops PRIVATE ATTNOPS_CPU_BUILT_TIERS=${ATTNOPS_CPU_BUILT_TIERS_MASK})
 # Lowest tier first on the link line, after the baseline code: should a link-once symbol still
 # be shared by several objects, the copy kept is the first one seen, the most portable
 # (tests/tiers/check_tier_symbols.cmake checks that no such symbol exists).

@@ -19,7 +19,8 @@ class GpuRelease : public ::testing::Environment {
  public:
   void TearDown() override { release_gpu(); }
 };
-[[maybe_unused]] ::testing::Environment* const kGpuRelease = ::testing::AddGlobalTestEnvironment(new GpuRelease);
+[[maybe_unused]] ::testing::Environment* const kGpuRelease =
+    ::testing::AddGlobalTestEnvironment(new GpuRelease);
 }  // namespace
 
 int random_case_count(int n) {
@@ -33,9 +34,12 @@ int random_case_count(int n) {
 
 Tolerance tolerance_for(DType t) {
   switch (t) {
-    case DType::f16: return {2e-3, 1e-3};
-    case DType::bf16: return {1.6e-2, 1e-3};
-    default: return {2e-5, 1e-4};
+    case DType::f16:
+      return {2e-3, 1e-3};
+    case DType::bf16:
+      return {1.6e-2, 1e-3};
+    default:
+      return {2e-5, 1e-4};
   }
 }
 
@@ -64,9 +68,10 @@ Tensor random_segments(std::int64_t B, std::int64_t T, std::uint64_t seed, std::
 
 std::string Case::describe() const {
   std::ostringstream os;
-  os << "B=" << B << " Tq=" << Tq << " Tk=" << Tk << " Hq=" << Hq << " Hkv=" << Hkv << " D=" << D << " Dv=" << Dv
-     << " dtype=" << dtype_name(dtype) << " causal=" << options.causal;
-  if (options.sliding_window) os << " window=(" << options.sliding_window->left << "," << options.sliding_window->right << ")";
+  os << "B=" << B << " Tq=" << Tq << " Tk=" << Tk << " Hq=" << Hq << " Hkv=" << Hkv << " D=" << D
+     << " Dv=" << Dv << " dtype=" << dtype_name(dtype) << " causal=" << options.causal;
+  if (options.sliding_window)
+    os << " window=(" << options.sliding_window->left << "," << options.sliding_window->right << ")";
   if (options.chunk_size) os << " chunk=" << *options.chunk_size;
   if (seg_q) os << " segments";
   if (bias) os << " bias" << shape_string(bias->shape());
@@ -108,7 +113,8 @@ Case make_case(const CaseSpec& s, std::uint64_t seed) {
   return c;
 }
 
-AttentionProblem problem_for(const Case& c, std::int64_t bq, std::int64_t bk, std::optional<DType> runtime_dtype) {
+AttentionProblem problem_for(const Case& c, std::int64_t bq, std::int64_t bk,
+                             std::optional<DType> runtime_dtype) {
   OperationMetadata md;
   md.blocksize_q = bq;
   md.blocksize_k = bk;
@@ -159,7 +165,8 @@ Comparison compare_with_reference(const AttentionProblem& p, const native::Refer
 std::vector<cpu::Isa> cpu_tiers_to_test() {
   std::vector<cpu::Isa> tiers;
   const cpu::Isa top = cpu::choose_isa().tier;
-  for (int i = 0; i <= static_cast<int>(top); ++i) tiers.push_back(static_cast<cpu::Isa>(i));
+  for (int i = 0; i <= static_cast<int>(top); ++i)
+    if (cpu::isa_compiled(static_cast<cpu::Isa>(i))) tiers.push_back(static_cast<cpu::Isa>(i));
   return tiers;
 }
 
@@ -173,10 +180,10 @@ std::string tier_label(cpu::Isa isa) {
   const Comparison c = compare_with_reference(p, ref, got);
   if (c.out_finite && c.max_out_err <= t.out && c.lse_inf_rows_match && c.max_lse_err <= t.lse)
     return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "max |out err| " << c.max_out_err << " (tol " << t.out << ") at "
-                                       << c.where << "; max |lse err| " << c.max_lse_err << " (tol " << t.lse
-                                       << "); -inf lse rows match: " << c.lse_inf_rows_match
-                                       << "; out finite: " << c.out_finite;
+  return ::testing::AssertionFailure()
+         << "max |out err| " << c.max_out_err << " (tol " << t.out << ") at " << c.where << "; max |lse err| "
+         << c.max_lse_err << " (tol " << t.lse << "); -inf lse rows match: " << c.lse_inf_rows_match
+         << "; out finite: " << c.out_finite;
 }
 
 }  // namespace attnops::testing

@@ -16,22 +16,28 @@
 namespace attnops::cpu {
 namespace {
 
+// The probes of the tiers in this build (ATTNOPS_CPU_BUILT_TIERS, bit i: the tier of level i).
 const SimdProbe& probe(Isa isa) {
-#if defined(__x86_64__)  // tiers.cmake builds the x86 tiers there only
   switch (isa) {
+#if ATTNOPS_CPU_BUILT_TIERS & 2
     case Isa::avx2:
       return tier_avx2::simd_probe();
+#endif
+#if ATTNOPS_CPU_BUILT_TIERS & 4
     case Isa::avx512:
       return tier_avx512::simd_probe();
+#endif
+#if ATTNOPS_CPU_BUILT_TIERS & 8
     case Isa::avx512bf16:
       return tier_avx512bf16::simd_probe();
+#endif
+#if ATTNOPS_CPU_BUILT_TIERS & 16
     case Isa::amx:
       return tier_amx::simd_probe();
+#endif
     default:
       break;
   }
-#endif
-  (void)isa;
   return tier_baseline::simd_probe();
 }
 
