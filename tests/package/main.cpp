@@ -3,7 +3,23 @@
 #include <attnops/attnops.h>
 
 #include <cstdio>
+#include <cstring>
+#include <string>
 #include <vector>
+
+#if defined(ATTNOPS_CONSUMER_CHECK_DRIVER_MAPPED)
+#include <link.h>
+
+// Whether lavapipe (the Vulkan driver the loader opens here) is mapped in this process.
+bool vulkan_driver_mapped() {
+  return dl_iterate_phdr(
+             [](dl_phdr_info* info, std::size_t, void*) {
+               const char* name = info->dlpi_name ? std::strrchr(info->dlpi_name, '/') : nullptr;
+               return name && std::strcmp(name, "/libvulkan_lvp.so") == 0 ? 1 : 0;
+             },
+             nullptr) != 0;
+}
+#endif
 
 int run_consumer() {
   const attnops::Attention attn = attnops::registry().get("flash_attn2");
@@ -29,6 +45,17 @@ int run_consumer() {
 // The GPU state is released before main returns (never from a static destructor: gpu.h).
 int main() {
   const int status = run_consumer();
+#if defined(ATTNOPS_CONSUMER_CHECK_DRIVER_MAPPED)
+  // ASan build: a driver the loader opened must stay mapped until exit (keep_vulkan_loaded.cpp),
+  // or LeakSanitizer reports its leaks as "<unknown module>", which no suppression can name.
+  const bool mapped_during = vulkan_driver_mapped();
   attnops::release_gpu();
+  if (mapped_during && !vulkan_driver_mapped()) {
+    std::printf("consumer: the Vulkan driver was unloaded before exit (keep_vulkan_loaded.cpp missing)\n");
+    return 1;
+  }
+#else
+  attnops::release_gpu();
+#endif
   return status;
 }
