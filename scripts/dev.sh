@@ -89,7 +89,8 @@ case "${1:-help}" in
     # the first 12 cases of each random sweep (hand-picked cases all run): this stage looks for
     # memory errors and UB, the test stage for numerical coverage.
     dir=$build-asan
-    sanitized_build "$dir" "-DATTNOPS_SANITIZE=address,undefined -DATTNOPS_BUILD_BENCH=OFF -DATTNOPS_TEST_PER_CASE=OFF"
+    # Only the CPU tiers this machine runs (ATTNOPS_CPU_TIER_SET=host): its tests run no other.
+    sanitized_build "$dir" "-DATTNOPS_SANITIZE=address,undefined -DATTNOPS_BUILD_BENCH=OFF -DATTNOPS_TEST_PER_CASE=OFF -DATTNOPS_CPU_TIER_SET=host"
     export ATTNOPS_TEST_RANDOM_CASES="${ATTNOPS_TEST_RANDOM_CASES:-12}"
     ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 900 ${ATTNOPS_CTEST_ARGS:-}
     ;;
