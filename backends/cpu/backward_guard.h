@@ -64,7 +64,8 @@ bool flag_nonfinite_rows(const TensorView& t, DType dtype, i64 n, int nt, const 
   const i64 T = t.dim(1), H = t.dim(2), rows = t.dim(0) * T * H;
   const auto esize = static_cast<i64>(dtype_size(dtype));
   int any = 0;
-#pragma omp parallel for num_threads(nt) schedule(static) reduction(| : any)
+  // In parallel only when there is enough to share (a region costs more than a small scan).
+#pragma omp parallel for num_threads(nt) schedule(static) reduction(| : any) if (rows * n >= (i64{1} << 18))
   for (i64 r = 0; r < rows; ++r) {
     float* row = row_buffer(omp_get_thread_num());
     const i64 b = r / (T * H), i = (r / H) % T, h = r % H;

@@ -237,6 +237,8 @@ OperationMetadata metadata_for(const std::string& op, Backend b,
   if (block) md.blocksize_q = md.blocksize_k = *block;
   md.fallbacks = FallbackPolicy{};  // every rule off: the operator's own kernels run
   md.gpu.allow_software = true;     // lavapipe counts here
+  md.num_threads =
+      1;  // tiny calls: OpenMP regions would cost more than the work (results do not depend on it)
   return md;
 }
 
