@@ -9,8 +9,8 @@ Default problem: B1 H1 T16 D64 f32 (numpy and torch inputs), flash_attn2 on the 
 thread (--threads 0: OpenMP's default; waking the worker threads then costs both loops, more so
 Python's, whose workers go idle between calls). The overhead is python_us - cpp_us: argument
 parsing, the array views (buffer protocol / DLPack), releasing the GIL, and wrapping the outputs
-(the decision dict is made only when read). Median and minimum over the rounds: on a shared
-machine the minimum is the steadier figure."""
+(the decision dict is made only when read). Thread CPU time is the steadier figure on a shared
+machine (time spent descheduled is not counted); wall time is printed too."""
 
 import argparse
 import statistics
@@ -23,14 +23,23 @@ import attnops
 
 
 def measure(op, q, k, v, calls, rounds, **options):
-    cpp, py = [], []
+    """Per call, in microseconds: {"wall": (C++, Python), "cpu": (C++, Python)}, medians over the
+    rounds. cpu is the calling thread's CPU time (time.thread_time / CLOCK_THREAD_CPUTIME_ID):
+    with one thread the whole call runs there, and time spent descheduled on a shared machine
+    is not counted."""
+    cpp_wall, cpp_cpu, py_wall, py_cpu = [], [], [], []
     for _ in range(rounds):
-        cpp.append(op._time_calls(q, k, v, calls, **options))
-        t0 = time.perf_counter()
+        w, c = op._time_calls(q, k, v, calls, **options)
+        cpp_wall.append(w)
+        cpp_cpu.append(c)
+        t0, c0 = time.perf_counter(), time.thread_time()
         for _ in range(calls):
             op(q, k, v, **options)
-        py.append((time.perf_counter() - t0) / calls)
-    return [1e6 * f(x) for x in (cpp, py) for f in (statistics.median, min)]
+        c1, t1 = time.thread_time(), time.perf_counter()
+        py_wall.append((t1 - t0) / calls)
+        py_cpu.append((c1 - c0) / calls)
+    med = statistics.median
+    return {"wall": (1e6 * med(cpp_wall), 1e6 * med(py_wall)), "cpu": (1e6 * med(cpp_cpu), 1e6 * med(py_cpu))}
 
 
 def main(argv=None):
@@ -54,13 +63,14 @@ def main(argv=None):
     except ImportError:
         pass
     print(f"attnops {attnops.__version__}: {a.op} on {a.backend}, B{b} H{h} T{t} D{d} f32, threads {a.threads}, "
-          f"{a.calls} calls x {a.rounds} rounds; us per call, median (min)")
-    print(f"{'inputs':<26} {'C++':>15} {'Python':>15} {'overhead':>15} {'Python/C++':>11}")
+          f"{a.calls} calls x {a.rounds} rounds; us per call (median over rounds)")
+    print(f"{'inputs':<26} {'clock':<11} {'C++':>8} {'Python':>8} {'overhead':>9} {'Python/C++':>11}")
     for name, (x, y, z), options in cases:
         op(x, y, z, **options)  # warm up
-        cpp, cpp_min, py, py_min = measure(op, x, y, z, a.calls, a.rounds, **options)
-        print(f"{name:<26} {cpp:>7.2f} ({cpp_min:>5.2f}) {py:>7.2f} ({py_min:>5.2f}) "
-              f"{py - cpp:>7.2f} ({py_min - cpp_min:>5.2f}) {py / cpp:>11.2f}")
+        m = measure(op, x, y, z, a.calls, a.rounds, **options)
+        for clock, label in (("cpu", "thread CPU"), ("wall", "wall")):
+            cpp, py = m[clock]
+            print(f"{name:<26} {label:<11} {cpp:>8.2f} {py:>8.2f} {py - cpp:>9.2f} {py / cpp:>11.2f}")
     return 0
 
 

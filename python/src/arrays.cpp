@@ -131,6 +131,7 @@ PyObject* cached_torch_to_dlpack() {
 bool is_torch_tensor(py::handle obj) {
   PyObject* type = cached_torch_tensor_type();
   if (type == nullptr) return false;
+  if (reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr())) == type) return true;  // the common case, fast
   const int r = PyObject_IsInstance(obj.ptr(), type);
   if (r < 0) throw py::error_already_set();
   return r == 1;
@@ -170,7 +171,7 @@ BorrowedTensor borrow(py::handle obj, const char* name, bool uint16_is_bf16) {
     b.owner_ = py::reinterpret_borrow<py::object>(obj);
     return b;
   }
-  if (py::isinstance<PyDeviceTensor>(obj)) {
+  if (is_device_tensor(obj)) {
     b.kind = ArrayKind::device;
     b.view = obj.cast<const PyDeviceTensor&>().tensor.view();
     b.owner_ = py::reinterpret_borrow<py::object>(obj);

@@ -33,6 +33,14 @@ PyDeviceTensor::~PyDeviceTensor() {
   tensor = DeviceTensor();
 }
 
+namespace {
+PyTypeObject* g_device_tensor_type = nullptr;  // set by bind_device; the class is never freed
+}  // namespace
+
+bool is_device_tensor(py::handle obj) {
+  return g_device_tensor_type != nullptr && PyObject_TypeCheck(obj.ptr(), g_device_tensor_type);
+}
+
 py::object wrap_device_tensor(DeviceTensor t) {
   return py::cast(std::make_unique<PyDeviceTensor>(std::move(t)));
 }
@@ -168,6 +176,7 @@ Software devices (lavapipe) need allow_software=True or ATTNOPS_VK_ALLOW_SOFTWAR
           },
           "Refused: no DLPack consumer reads Vulkan memory.")
       .def("__repr__", &describe);
+  g_device_tensor_type = reinterpret_cast<PyTypeObject*>(py::type::of<PyDeviceTensor>().ptr());
 
   m.def(
       "release_gpu",

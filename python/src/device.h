@@ -48,6 +48,9 @@ auto without_gil(F&& f) {
   return f();
 }
 
+// Whether obj is an attnops.DeviceTensor (a pointer comparison: this is on the per-call path).
+bool is_device_tensor(py::handle obj);
+
 // A new attnops.DeviceTensor object owning `t`.
 py::object wrap_device_tensor(DeviceTensor t);
 

@@ -7,6 +7,8 @@
 // (outputs.h). The decision is kept as the C++ struct and turned into a dict on first access.
 #include <pybind11/stl.h>
 
+#include <time.h>
+
 #include <chrono>
 #include <map>
 #include <memory>
@@ -138,20 +140,30 @@ class Operator {
   }
 
   // The benchmark's baseline: the same call `n` times from C++ (the views made once, the GIL
-  // released), seconds per call. python/bench/bench_overhead.py compares it with the Python call.
-  double time_calls(py::handle q, py::handle k, py::handle v, int n, const py::kwargs& kwargs) {
+  // released): (wall seconds, this thread's CPU seconds) per call. python/bench/bench_overhead.py
+  // compares them with the Python call's.
+  py::tuple time_calls(py::handle q, py::handle k, py::handle v, int n, const py::kwargs& kwargs) {
     CallArgs a = parse_call_args(kwargs);
     const BorrowedTensor bq = borrow(q, "q", a.uint16_is_bf16), bk = borrow(k, "k", a.uint16_is_bf16),
                          bv = borrow(v, "v", a.uint16_is_bf16);
     const Attention& attn = attention(a.overrides);
-    return without_gil([&] {
+    const auto [wall, cpu] = without_gil([&] {
+      const auto thread_cpu = [] {
+        timespec ts{};
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+        return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+      };
       const auto t0 = std::chrono::steady_clock::now();
+      const double c0 = thread_cpu();
       for (int i = 0; i < n; ++i) {
         AttentionOutput out = attn(bq.view, bk.view, bv.view, a.options);
         (void)out;
       }
-      return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / n;
+      const double c1 = thread_cpu();
+      return std::pair{std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / n,
+                       (c1 - c0) / n};
     });
+    return py::make_tuple(wall, cpu);
   }
 
   const Attention& base() const { return base_; }
@@ -297,7 +309,7 @@ void bind_operator(py::module_& m) {
            "(return_lse=True), dout [B, Tq, Hq, Dv] the gradient of out. Returns Gradients (dq, dk, dv, "
            "dsinks, dbias, decision).")
       .def("_time_calls", &Operator::time_calls, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("n"),
-           "Benchmark baseline: seconds per call of the same call made n times from C++.")
+           "Benchmark baseline: (wall, thread CPU) seconds per call of the same call made n times from C++.")
       .def_property_readonly(
           "name", [](const Operator& o) { return o.base().name(); },
           "The canonical name of the requested operator.")
