@@ -104,3 +104,9 @@ def test_python_m_attnops_info():
     data = json.loads(subprocess.run([sys.executable, "-m", "attnops.info", "--json"], capture_output=True,
                                      text=True, env=env, check=True).stdout)
     assert len(data["operators"]) == 12
+
+
+def test_the_core_never_imports_torch():
+    code = ("import sys, numpy as np, attnops; q = np.ones((1, 4, 1, 8), np.float32); "
+            "attnops.attention(q, q, q); attnops.info(); assert 'torch' not in sys.modules, 'torch imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
