@@ -116,13 +116,16 @@ DType parse_dtype_arg(py::handle obj, const char* what) {
   std::string s;
   if (PyUnicode_Check(obj.ptr()))
     s = obj.cast<std::string>();
-  else if (py::hasattr(obj, "itemsize"))  // a numpy dtype or scalar type: its name
-    s = py::str(py::getattr(obj, "name", py::str(obj)));
   else if (std::strcmp(Py_TYPE(obj.ptr())->tp_name, "torch.dtype") == 0)
-    s = py::str(obj);
-  else
-    throw py::type_error(std::string(what) + ": expected a dtype name (\"f32\", \"f16\", \"bf16\"), got " +
-                         type_name(obj));
+    s = py::str(obj);  // "torch.float16"
+  else {
+    try {  // a numpy dtype or scalar type (numpy.float16): numpy.dtype(obj).name
+      s = py::str(py::module_::import("numpy").attr("dtype")(obj).attr("name"));
+    } catch (const py::error_already_set&) {
+      throw py::type_error(std::string(what) + ": expected a dtype name (\"f32\", \"f16\", \"bf16\"), got " +
+                           type_name(obj));
+    }
+  }
   if (s.rfind("torch.", 0) == 0) s = s.substr(6);
   if (s == "float32" || s == "float") s = "f32";
   if (s == "float16" || s == "half") s = "f16";

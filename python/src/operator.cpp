@@ -6,7 +6,6 @@
 // of q (numpy, torch; a DeviceTensor when q was one), sharing the C++ tensors' memory
 // (outputs.h). The decision is kept as the C++ struct and turned into a dict on first access.
 #include <pybind11/stl.h>
-
 #include <time.h>
 
 #include <chrono>

@@ -218,3 +218,14 @@ def test_dlpack_devices_and_dtypes_checked(op):
         op(Producer(q, capsule=cap), q, q)
     with pytest.raises(attnops.UnsupportedDtype, match="float64"):
         op(torch.zeros(1, 4, 1, 4, dtype=torch.float64), q, q)
+
+
+def test_dtype_spellings(op):
+    q = np.zeros((1, 4, 1, 8), np.float32)
+    for spelling in ("f16", "float16", "half", np.float16, np.dtype("float16"), torch.float16):
+        assert op(q, q, q, runtime_dtype=spelling).out.dtype == np.float16, spelling
+    assert op(q, q, q, runtime_dtype=torch.bfloat16).out.dtype == np.uint16  # bf16 bits for numpy
+    with pytest.raises(attnops.InvalidArgument, match="runtime_dtype: expected"):
+        op(q, q, q, runtime_dtype="f64")
+    with pytest.raises(TypeError, match="runtime_dtype: expected a dtype name"):
+        op(q, q, q, runtime_dtype=object())
