@@ -117,6 +117,7 @@ std::string DispatchDecision::to_json() const {
     json_string(os, run.output);
     os << ", \"bytes_to_device\": " << run.bytes_to_device << ", \"bytes_to_host\": " << run.bytes_to_host;
   }
+  if (run.bytes_copied != 0) os << ", \"bytes_copied\": " << run.bytes_copied;
   if (run.timings) {
     const RunTimings& t = *run.timings;
     os << ", \"timings\": {\"device_timestamps\": " << (t.device_timestamps ? "true" : "false")

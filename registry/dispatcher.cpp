@@ -247,6 +247,13 @@ Result first_candidate(const OperationImpl& op, const std::vector<Backend>& cand
                   op.name() + "' for this call: " + join_reasons(d.reasons));
 }
 
+// The bytes of the host copies make_problem / make_backward_problem made (RunInfo::bytes_copied).
+std::uint64_t owned_bytes(const std::vector<Tensor>& owned) {
+  std::uint64_t n = 0;
+  for (const Tensor& t : owned) n += t.nbytes();
+  return n;
+}
+
 }  // namespace
 
 AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const Host& host,
@@ -293,8 +300,10 @@ AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const
         op, candidates, host, device_inputs || flags.force_native, d,
         [&] { return !check_backend(op, Backend::cpu, p, host); }, [&] { return forward_size(p); });
   };
-  return first_candidate<AttentionOutput>(
+  AttentionOutput out = first_candidate<AttentionOutput>(
       op, candidates, d, flags, check, [&](Backend b) { return op.forward(b, p); }, execute);
+  out.decision.run.bytes_copied = owned_bytes(p.owned);
+  return out;
 }
 
 AttentionGradients dispatch_backward(OperationImpl& requested, OperationImpl& vanilla, const Host& host,
@@ -326,8 +335,10 @@ AttentionGradients dispatch_backward(OperationImpl& requested, OperationImpl& va
         op, candidates, host, flags.force_native, d,
         [&] { return !check_backward_backend(op, Backend::cpu, p, host); }, [&] { return backward_size(p); });
   };
-  return first_candidate<AttentionGradients>(
+  AttentionGradients g = first_candidate<AttentionGradients>(
       op, candidates, d, flags, check, [&](Backend b) { return op.backward(b, p); }, /*execute=*/true);
+  g.decision.run.bytes_copied = owned_bytes(p.owned) + owned_bytes(p.fwd.owned);
+  return g;
 }
 
 }  // namespace attnops

@@ -3,7 +3,7 @@
 # apt-get), configures and builds, so that on a fresh machine one command does all the set-up.
 #
 #   bash scripts/dev.sh demo     # build, then `attnops info` and `attnops demo` (the main job)
-#   bash scripts/dev.sh test     # build, then every test through CTest
+#   bash scripts/dev.sh test     # build, then every test through CTest (the Python package's too)
 #   bash scripts/dev.sh bench    # build, then the benchmark binaries and bench/compare_torch.py
 #   bash scripts/dev.sh build    # set-up and build only
 #   bash scripts/dev.sh asan     # ASan+UBSan build (build-asan/: the build dir + -asan), every test
@@ -23,7 +23,9 @@ jobs=${ATTNOPS_JOBS:-$(nproc)}
 deps=(cmake ninja-build g++ pkg-config
       libeigen3-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
       libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
-      libcli11-dev nlohmann-json3-dev python3-numpy gnuplot-nox)
+      libcli11-dev nlohmann-json3-dev python3-numpy gnuplot-nox
+      # the Python package (python/): pybind11, DLPack's header, pytest and PyTorch for its tests
+      python3-dev pybind11-dev libdlpack-dev python3-pytest python3-torch)
 # The fuzz targets need clang with libFuzzer and its OpenMP (the sanitizer builds use g++'s own runtimes).
 fuzz_deps=(clang-14 libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev)
 

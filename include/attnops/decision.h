@@ -73,6 +73,10 @@ struct RunInfo {
   std::string output;         // where the output was left: "host" or "device"
   std::uint64_t bytes_to_device = 0;  // uploaded for this call (device-resident inputs move nothing)
   std::uint64_t bytes_to_host = 0;    // read back for this call
+  // Host copies the call made of its inputs to normalise them (a view whose innermost stride is
+  // not 1, a dtype conversion to the runtime dtype, segment ids to i32, bias / sinks to contiguous
+  // f32): 0 when every input was used in place. Set by the dispatcher, for plan() too.
+  std::uint64_t bytes_copied = 0;
   std::optional<RunTimings> timings;  // when profiling
   bool operator==(const RunInfo&) const = default;
 };
@@ -103,8 +107,8 @@ struct DispatchDecision {
   bool fell_back() const { return op != requested; }
   // {"requested": "...", "operator": "...", "backend": "...", "reasons": [{"code","detail"}]}
   // plus "kernel" and "kernel_detail" when the backend reported them, "inputs", "output",
-  // "bytes_to_device", "bytes_to_host" when reported, "timings" when profiled, "cost" when the
-  // cost rule ran, and "pass": "backward" for a backward decision.
+  // "bytes_to_device", "bytes_to_host" when reported, "bytes_copied" when not 0, "timings" when
+  // profiled, "cost" when the cost rule ran, and "pass": "backward" for a backward decision.
   std::string to_json() const;
   // One line, oneDNN-verbose style ("dispatch_backward" instead of "dispatch" for a backward):
   // "attnops,dispatch,blocksparse->vanilla,cpu,decode:q_len=1;backend_unavailable:gpu: ..."

@@ -1,0 +1,60 @@
+// One call's keyword arguments, from Python to the C++ API.
+//
+// Every option of attnops::AttentionOptions is a keyword (same names; softmax_aux is `sinks`):
+//   causal=True, sliding_window=None (L, R) or L, chunk_size=None, segment_ids_q=None,
+//   segment_ids_kv=None, bias=None, logits_soft_cap=None, sinks=None, mask=None (attnops.Mask),
+//   return_lse=False, return_weights=False, profile=False
+// plus per-call settings of the operator (OperationMetadata, as the CLI's --backend etc.):
+//   backend=None ("auto", "cpu", "native,cpu", ["gpu", "cpu"]), softmax_scale=None,
+//   runtime_dtype=None ("f32" | "f16" | "bf16"), num_threads=None
+// and how to read uint16 arrays: dtype="bf16" (numpy has no bfloat16).
+// An unknown keyword is a TypeError naming it (and the nearest known one).
+#pragma once
+
+#include <pybind11/pybind11.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "arrays.h"
+#include "attnops/config.h"
+#include "attnops/decision.h"
+#include "attnops/options.h"
+
+namespace py = pybind11;
+
+namespace attnops::python {
+
+// Settings that pick the operator's configuration (not AttentionOptions): applied to a copy of
+// the operator's Config as the CLI applies --backend / --scale / --threads / --runtime-dtype.
+struct Overrides {
+  std::optional<std::vector<Backend>> backends;  // empty vector = auto
+  std::optional<double> softmax_scale;
+  std::optional<DType> runtime_dtype;
+  std::optional<int> num_threads;
+  bool empty() const { return !backends && !softmax_scale && !runtime_dtype && !num_threads; }
+  std::string key() const;  // identifies the configured operator these overrides give
+  void apply(Config& config) const;
+};
+
+struct CallArgs {
+  AttentionOptions options;
+  Overrides overrides;
+  bool uint16_is_bf16 = false;
+  // The option tensors, held for the call (options' TensorViews point into them).
+  std::optional<BorrowedTensor> segment_ids_q, segment_ids_kv, bias, sinks;
+};
+
+// Parses keyword arguments (the forward's, plan's and backward's: the backward ignores
+// return_lse / return_weights, as the C++ API does).
+CallArgs parse_call_args(const py::kwargs& kwargs);
+
+// "f32", "f16", "bf16" (also "float32", "float16", "bfloat16", a numpy dtype or torch dtype of
+// those); TypeError / ValueError naming `what` otherwise.
+DType parse_dtype_arg(py::handle obj, const char* what);
+
+// Parses a backend list: "auto" (empty), "cpu", "gpu,cpu", ["gpu", "cpu"].
+std::vector<Backend> parse_backends(py::handle obj, const char* what);
+
+}  // namespace attnops::python
