@@ -157,12 +157,12 @@ void agree(Communicator& comm, const CheckResult& mine, const char* what) {
   std::strncpy(v.message, mine.message.c_str(), sizeof v.message - 1);
   std::vector<Verdict> all(static_cast<std::size_t>(comm.size()));
   comm.allgather(&v, sizeof v, all.data());
-  if (!mine.ok) throw Error(static_cast<ErrorCode>(mine.code), mine.message);
+  if (!mine.ok) throw AgreedError(static_cast<ErrorCode>(mine.code), mine.message);
   for (int r = 0; r < comm.size(); ++r) {
     const Verdict& o = all[static_cast<std::size_t>(r)];
     if (!o.ok)
-      throw Error(static_cast<ErrorCode>(o.code),
-                  std::string(what) + ": rank " + std::to_string(r) + " rejected its inputs: " + o.message);
+      throw AgreedError(static_cast<ErrorCode>(o.code), std::string(what) + ": rank " + std::to_string(r) +
+                                                            " rejected its inputs: " + o.message);
   }
 }
 

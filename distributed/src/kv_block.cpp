@@ -91,6 +91,21 @@ std::size_t pack(const KvShape& s, const KvBlock& from, const std::vector<Range>
   return m.bytes;
 }
 
+KvBlock own_block(const AttentionProblem& p, const std::vector<Range>& ranges, std::vector<Tensor>& storage) {
+  const auto contiguous = [&](const TensorView& t) -> const char* {
+    if (t.is_contiguous()) return static_cast<const char*>(t.data());
+    storage.push_back(Tensor::copy_of(t));
+    return static_cast<const char*>(storage.back().data());
+  };
+  KvBlock b;
+  b.k = contiguous(p.k);
+  b.v = contiguous(p.v);
+  b.seg = p.seg_kv;  // contiguous i32 [B, Tk] (make_problem)
+  b.ncols = p.Tk;
+  b.ranges = ranges;
+  return b;
+}
+
 char* Buffer::reserve(std::size_t bytes) {
   if (bytes > capacity_ || !data_) {
     const auto words = static_cast<std::int64_t>((bytes + 3) / 4 + 1);

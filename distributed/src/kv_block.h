@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attnops/dtype.h"
+#include "attnops/problem.h"
 #include "attnops/tensor.h"
 #include "ring_plan.h"
 
@@ -51,6 +52,10 @@ KvBlock message_block(const KvShape& s, const char* buffer, const std::vector<Ra
 // (at least message_layout(...).bytes). Returns the bytes written.
 std::size_t pack(const KvShape& s, const KvBlock& from, const std::vector<Range>& ranges, char* buffer);
 std::int64_t total_columns(const std::vector<Range>& ranges);
+
+// This rank's own keys as a block (every column of its chunks), viewing k / v / seg_kv of the
+// normalised problem when they are contiguous, else contiguous copies kept in `storage`.
+KvBlock own_block(const AttentionProblem& p, const std::vector<Range>& ranges, std::vector<Tensor>& storage);
 
 // A growable, 64-byte aligned byte buffer.
 class Buffer {

@@ -4,8 +4,38 @@
 
 namespace attnops::dist::detail {
 
+namespace {
+struct Workspace {
+  Buffer recv[2], pack;
+};
+Workspace& workspace() {
+  thread_local Workspace w;
+  return w;
+}
+}  // namespace
+
 KvRing::KvRing(Communicator& comm, const RingPlan& plan, const KvShape& shape, KvBlock own)
-    : comm_(comm), plan_(plan), shape_(shape), own_(std::move(own)), cur_(own_) {}
+    : comm_(comm), plan_(plan), shape_(shape), own_(std::move(own)), cur_(own_) {
+  Workspace& w = workspace();
+  recv_[0] = &w.recv[0], recv_[1] = &w.recv[1], pack_ = &w.pack;
+}
+
+namespace {
+// The three parts of a block of `ncols` columns whose K, V and seg start at k, v, seg.
+struct Parts {
+  const char* data[3];
+  std::size_t bytes[3];
+  int n;
+};
+Parts parts_of(const KvShape& s, const char* k, const char* v, const void* seg, std::int64_t ncols) {
+  const std::size_t es = dtype_size(s.dtype), rows = static_cast<std::size_t>(s.B * ncols * s.Hkv);
+  Parts p{{k, v, static_cast<const char*>(seg)},
+          {rows * static_cast<std::size_t>(s.D) * es, rows * static_cast<std::size_t>(s.Dv) * es,
+           static_cast<std::size_t>(s.B * ncols) * sizeof(std::int32_t)},
+          s.segments ? 3 : 2};
+  return p;
+}
+}  // namespace
 
 void KvRing::start_step(int t) {
   step_ = t;
@@ -19,27 +49,30 @@ void KvRing::start_step(int t) {
     if (plan_.has_message(s_next, t + 1)) {
       const auto& ranges = plan_.message(s_next, t + 1);
       const std::size_t bytes = message_layout(shape_, total_columns(ranges)).bytes;
-      char* buf = recv_[(t + 1) % 2].reserve(bytes);
-      reqs_.push_back(comm_.irecv(buf, bytes, left, kTagKv));
+      char* buf = recv_[(t + 1) % 2]->reserve(bytes);
       next_ = message_block(shape_, buf, ranges);
+      const Parts parts = parts_of(shape_, next_.k, next_.v, next_.seg, next_.ncols);
+      for (int i = 0; i < parts.n; ++i) {
+        reqs_.push_back(comm_.irecv(const_cast<char*>(parts.data[i]), parts.bytes[i], left, kTagKv));
+        received_ += parts.bytes[i];
+      }
       has_next_ = true;
-      received_ = bytes;
     }
     // Send: what the right neighbour needs of the current source at its step t + 1.
     const int s = plan_.source(me, t);
     if (has_cur_ && plan_.has_message(s, t + 1)) {
       const auto& ranges = plan_.message(s, t + 1);
-      const std::size_t bytes = message_layout(shape_, total_columns(ranges)).bytes;
-      const char* data;
-      if (t >= 1 && ranges == cur_.ranges) {
-        data = cur_.k;  // a received message, forwarded as it came
-      } else {
-        char* buf = pack_.reserve(bytes);
+      KvBlock out = cur_;           // the whole block (own keys, or a message forwarded as it came)
+      if (ranges != cur_.ranges) {  // a narrower message: packed
+        char* buf = pack_->reserve(message_layout(shape_, total_columns(ranges)).bytes);
         pack(shape_, cur_, ranges, buf);
-        data = buf;
+        out = message_block(shape_, buf, ranges);
       }
-      reqs_.push_back(comm_.isend(data, bytes, right, kTagKv));
-      sent_ = bytes;
+      const Parts parts = parts_of(shape_, out.k, out.v, out.seg, out.ncols);
+      for (int i = 0; i < parts.n; ++i) {
+        reqs_.push_back(comm_.isend(parts.data[i], parts.bytes[i], right, kTagKv));
+        sent_ += parts.bytes[i];
+      }
     }
   }
 }

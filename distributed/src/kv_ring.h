@@ -1,9 +1,11 @@
 // The key/value channel of the ring: at step t a rank computes with the keys of source
 // (rank - t); meanwhile it receives from its left neighbour the message of step t + 1 and sends
 // its right neighbour the columns of the current keys that rank needs at step t + 1 (the plan's
-// message: only what some later rank sees). Two receive buffers alternate (double buffering);
-// a message forwarded unchanged is sent from the buffer it arrived in, a narrower one is packed
-// into a third buffer first.
+// message: only what some later rank sees). A message is three sends of one pair and tag (K,
+// V, segment ids; kv_block.h's layout), so that the rank's own keys and a message forwarded
+// unchanged go out from where they are; only a narrower message is packed first. Two receive
+// buffers alternate (double buffering). The buffers belong to the calling thread (one per rank)
+// and are kept for its next call: no pages to map and zero per call.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +39,8 @@ class KvRing {
   KvBlock own_, cur_, next_;
   bool has_cur_ = true, has_next_ = false;
   int step_ = 0;
-  Buffer recv_[2], pack_;
+  Buffer* recv_[2];
+  Buffer* pack_;
   std::vector<RequestPtr> reqs_;
   std::uint64_t sent_ = 0, received_ = 0;
 };

@@ -42,7 +42,7 @@ CheckResult failure(const Error& e) {
   return {false, static_cast<int>(e.code()), e.what()};
 }
 
-// Every rank runs this on the same records, so every rank throws the same error.
+// Every rank runs this on the same records, so every rank throws the same (agreed) error.
 void check_records(const std::string& what, const std::vector<ShapeRecord>& all, const ShardLayout& ql,
                    const ShardLayout& kl) {
   const ShapeRecord& a = all[0];
@@ -50,9 +50,10 @@ void check_records(const std::string& what, const std::vector<ShapeRecord>& all,
     const ShapeRecord& b = all[r];
     const auto differs = [&](const char* field, std::int64_t x, std::int64_t y) {
       if (x != y)
-        throw Error(ErrorCode::shape_mismatch, what + ": rank " + std::to_string(r) + " has " + field + "=" +
-                                                   std::to_string(y) + ", rank 0 has " + std::to_string(x) +
-                                                   " (every rank holds a shard of the same problem)");
+        throw AgreedError(ErrorCode::shape_mismatch, what + ": rank " + std::to_string(r) + " has " + field +
+                                                         "=" + std::to_string(y) + ", rank 0 has " +
+                                                         std::to_string(x) +
+                                                         " (every rank holds a shard of the same problem)");
     };
     differs("B", a.B, b.B);
     differs("Hq", a.Hq, b.Hq);
@@ -60,11 +61,11 @@ void check_records(const std::string& what, const std::vector<ShapeRecord>& all,
     differs("D", a.D, b.D);
     differs("Dv", a.Dv, b.Dv);
     if (a.dtype != b.dtype)
-      throw Error(ErrorCode::unsupported_dtype,
-                  what + ": rank " + std::to_string(r) +
-                      " runs another dtype than rank 0 (one runtime dtype for all)");
+      throw AgreedError(ErrorCode::unsupported_dtype,
+                        what + ": rank " + std::to_string(r) +
+                            " runs another dtype than rank 0 (one runtime dtype for all)");
     if (a.flags != b.flags || a.options_hash != b.options_hash)
-      throw Error(
+      throw AgreedError(
           ErrorCode::invalid_argument,
           what + ": rank " + std::to_string(r) +
               " has other options than rank 0 (mask, window, chunk, soft cap, scale, sinks, the layout "
@@ -73,14 +74,14 @@ void check_records(const std::string& what, const std::vector<ShapeRecord>& all,
   for (std::size_t r = 0; r < all.size(); ++r) {
     const int ri = static_cast<int>(r);
     if (all[r].nq != ql.shard_length(ri) || all[r].nkv != kl.shard_length(ri))
-      throw Error(ErrorCode::shape_mismatch,
-                  what + ": rank " + std::to_string(r) + " holds " + std::to_string(all[r].nq) +
-                      " query and " + std::to_string(all[r].nkv) + " key rows; the " +
-                      std::string(layout_name(ql.layout())) + " layout of Tq=" + std::to_string(ql.length()) +
-                      ", Tk=" + std::to_string(kl.length()) + " over " + std::to_string(all.size()) +
-                      " ranks gives it " + std::to_string(ql.shard_length(ri)) + " and " +
-                      std::to_string(kl.shard_length(ri)) +
-                      " (shard with dist::shard and the operator's layout_for)");
+      throw AgreedError(
+          ErrorCode::shape_mismatch,
+          what + ": rank " + std::to_string(r) + " holds " + std::to_string(all[r].nq) + " query and " +
+              std::to_string(all[r].nkv) + " key rows; the " + std::string(layout_name(ql.layout())) +
+              " layout of Tq=" + std::to_string(ql.length()) + ", Tk=" + std::to_string(kl.length()) +
+              " over " + std::to_string(all.size()) + " ranks gives it " +
+              std::to_string(ql.shard_length(ri)) + " and " + std::to_string(kl.shard_length(ri)) +
+              " (shard with dist::shard and the operator's layout_for)");
   }
 }
 

@@ -97,9 +97,15 @@ Tensor sink_gradients(Communicator& comm, const BackwardProblem& bp, const Tenso
   const AttentionProblem& p = bp.fwd;
   std::vector<double> ds(static_cast<std::size_t>(p.Hq), 0.0);
   const float* l = lse_f.data_as<float>();
-  const Tensor out = Tensor::copy_of(bp.out, DType::f32), dout = Tensor::copy_of(bp.dout, DType::f32);
-  const float* o = out.data_as<float>();
-  const float* g = dout.data_as<float>();
+  // f32 [B, Tq, Hq, Dv] views of out and dout (copies only when they are another dtype or strided).
+  std::vector<Tensor> copies;
+  const auto f32 = [&](const TensorView& t) {
+    if (t.dtype() == DType::f32 && t.is_contiguous()) return t.data_as<float>();
+    copies.push_back(Tensor::copy_of(t, DType::f32));
+    return static_cast<const float*>(copies.back().data_as<float>());
+  };
+  const float* o = f32(bp.out);
+  const float* g = f32(bp.dout);
   for (std::int64_t b = 0; b < p.B; ++b)
     for (std::int64_t i = 0; i < p.Tq; ++i)
       for (std::int64_t h = 0; h < p.Hq; ++h) {
@@ -138,14 +144,10 @@ DistGradients ring_backward(Communicator& comm, const Attention& local, const Di
 
   const RingPlan plan(comm, p.mask, p.Hq, in.q_layout, in.kv_layout);
   const KvShape shape{p.B, p.Hkv, p.D, p.Dv, p.dtype, p.has_segments()};
-  Tensor own_k = Tensor::copy_of(p.k, p.dtype), own_v = Tensor::copy_of(p.v, p.dtype);
-  KvBlock own;
-  own.k = static_cast<const char*>(own_k.data());
-  own.v = static_cast<const char*>(own_v.data());
-  own.seg = p.seg_kv;
-  own.ncols = p.Tk;
-  for (const Chunk& c : in.kv_layout.chunks(me)) own.ranges.push_back({c.begin, c.end});
-  KvRing ring(comm, plan, shape, own);
+  std::vector<Range> own_ranges;
+  for (const Chunk& c : in.kv_layout.chunks(me)) own_ranges.push_back({c.begin, c.end});
+  std::vector<Tensor> own_storage;
+  KvRing ring(comm, plan, shape, own_block(p, own_ranges, own_storage));
 
   const Tensor lse_f = lse_with_sinks(TensorView(bp.lse, DType::f32, {p.B, p.Hq, p.Tq}), p.sinks);
   std::optional<Tensor> dsinks;
@@ -153,20 +155,25 @@ DistGradients ring_backward(Communicator& comm, const Attention& local, const Di
 
   // This rank's gradients (f32) and the accumulators that travel.
   Tensor dq(DType::f32, {p.B, p.Tq, p.Hq, p.D});
-  Tensor own_dkv(DType::f32, {p.B * p.Tk * p.Hkv * (p.D + p.Dv)});
-  Accumulator own_acc = accumulator_over(shape, own_dkv.data_as<float>(), own.ranges);
+  Tensor own_dk(DType::f32, {p.B, p.Tk, p.Hkv, p.D}), own_dv(DType::f32, {p.B, p.Tk, p.Hkv, p.Dv});
+  Accumulator own_acc;
+  own_acc.dk = own_dk.data_as<float>();
+  own_acc.dv = own_dv.data_as<float>();
+  own_acc.ncols = p.Tk;
+  own_acc.ranges = own_ranges;
   const auto acc_floats = [&](int s) {
     return static_cast<std::size_t>(p.B * total_columns(plan.message(s, 1)) * p.Hkv * (p.D + p.Dv));
   };
   std::size_t max_floats = 1;
   for (int s = 0; s < P; ++s)
     if (plan.steps_of(s) >= 2) max_floats = std::max(max_floats, acc_floats(s));
-  std::vector<float> travel[3], contrib, home;
+  // The accumulators' buffers belong to the thread (one per rank), kept for its next call.
+  thread_local std::vector<float> travel[3], contrib, home;
   std::deque<std::pair<int, RequestPtr>> pending_sends;  // (step, request)
   RequestPtr acc_recv[2];                                // step t's incoming accumulator at [t % 2]
   RequestPtr home_recv;
   if (plan.steps_of(me) >= 2) {  // my keys' accumulator comes home from the last rank that saw them
-    home.assign(acc_floats(me), 0.f);
+    home.resize(acc_floats(me));
     const int from = (me + plan.steps_of(me) - 1) % P;
     home_recv = comm.irecv(home.data(), home.size() * sizeof(float), from, kTagDkvHome);
   }
@@ -191,7 +198,7 @@ DistGradients ring_backward(Communicator& comm, const Attention& local, const Di
     const int s_next = plan.source(me, t + 1);
     if (t + 1 >= 2 && t + 1 < plan.steps_of(s_next)) {
       auto& buf = travel[(t + 1) % 3];
-      buf.assign(acc_floats(s_next), 0.f);
+      buf.resize(acc_floats(s_next));  // a receive buffer: no need to clear
       acc_recv[(t + 1) % 2] = comm.irecv(buf.data(), buf.size() * sizeof(float), (me - 1 + P) % P, kTagDkv);
       st.bytes_received += buf.size() * sizeof(float);
     }
@@ -285,9 +292,12 @@ DistGradients ring_backward(Communicator& comm, const Attention& local, const Di
   }
 
   DistGradients r;
-  r.gradients.dq = Tensor::copy_of(dq, p.dtype);
-  r.gradients.dk = Tensor::copy_of(TensorView(own_acc.dk, DType::f32, {p.B, p.Tk, p.Hkv, p.D}), p.dtype);
-  r.gradients.dv = Tensor::copy_of(TensorView(own_acc.dv, DType::f32, {p.B, p.Tk, p.Hkv, p.Dv}), p.dtype);
+  const auto in_dtype = [&](const Tensor& t) {
+    return p.dtype == DType::f32 ? t : Tensor::copy_of(t, p.dtype);
+  };
+  r.gradients.dq = in_dtype(dq);
+  r.gradients.dk = in_dtype(own_dk);
+  r.gradients.dv = in_dtype(own_dv);
   r.gradients.dsinks = dsinks;
   stats.total_ms = total.ms();
   finish_totals(stats);

@@ -9,27 +9,6 @@
 
 namespace attnops::dist::detail {
 
-namespace {
-
-// This rank's own keys as a block: contiguous K, V (runtime dtype) and segment ids.
-struct OwnKeys {
-  Tensor k, v;
-  KvBlock block;
-};
-OwnKeys own_keys(const AttentionProblem& p, const ShardLayout& kl, int me, const KvShape& shape) {
-  OwnKeys o;
-  o.k = Tensor::copy_of(p.k, shape.dtype);
-  o.v = Tensor::copy_of(p.v, shape.dtype);
-  o.block.k = static_cast<const char*>(o.k.data());
-  o.block.v = static_cast<const char*>(o.v.data());
-  o.block.seg = p.seg_kv;
-  o.block.ncols = p.Tk;
-  for (const Chunk& c : kl.chunks(me)) o.block.ranges.push_back({c.begin, c.end});
-  return o;
-}
-
-}  // namespace
-
 DistOutput ring_forward(Communicator& comm, const Attention& local, const DistSettings& settings,
                         Prepared& in, const AttentionOptions& options) {
   Stopwatch total;
@@ -46,8 +25,10 @@ DistOutput ring_forward(Communicator& comm, const Attention& local, const DistSe
 
   const RingPlan plan(comm, p.mask, p.Hq, in.q_layout, in.kv_layout);
   const KvShape shape{p.B, p.Hkv, p.D, p.Dv, p.dtype, p.has_segments()};
-  OwnKeys own = own_keys(p, in.kv_layout, me, shape);
-  KvRing ring(comm, plan, shape, own.block);
+  std::vector<Range> own_ranges;
+  for (const Chunk& c : in.kv_layout.chunks(me)) own_ranges.push_back({c.begin, c.end});
+  std::vector<Tensor> own_storage;
+  KvRing ring(comm, plan, shape, own_block(p, own_ranges, own_storage));
   RowState state(p.B, p.Tq, p.Hq, p.Dv);
   const AttentionOptions base = local_call_options(options);
   DispatchDecision first_local;

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "attnops/error.h"
+
 namespace attnops::dist {
 
 // One outstanding point-to-point operation. Destroying an incomplete request waits for it.
@@ -67,9 +69,17 @@ void wait_all(std::vector<RequestPtr>& requests);
 // Tests every request once (progress between tiles); true when all are complete.
 bool test_all(std::vector<RequestPtr>& requests);
 
+// An error every rank of a communicator raised at the same point, before any message of the
+// call moved: the communicator is still usable (a program may report it and finish normally,
+// where any other error in a distributed call should abort the job: MPI_Abort).
+class AgreedError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Agreement before communication: every rank reports whether its own checks passed, with a
-// message when not. When any rank failed, every rank throws: a failed rank its own error, the
-// others an Error(invalid_argument) naming the first failed rank and its message. So a bad
+// message when not. When any rank failed, every rank throws an AgreedError: a failed rank its
+// own error, the others the first failed rank's code, naming the rank and its message. So a bad
 // argument on one rank never leaves the others waiting for a message that will not come.
 struct CheckResult {
   bool ok = true;
