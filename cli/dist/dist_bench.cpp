@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -42,6 +43,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double since_ms(Clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+}
+double cpu_ms() {  // this process, every thread
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
 }
 
 double median(std::vector<double> v) {
@@ -83,31 +89,37 @@ Timing baseline(dist::Communicator& comm, const DistBenchArgs& a, const BenchSha
     o.return_lse = true;
     AttentionOutput r = attn(in.q, in.k, in.v, o);  // warm-up
     (void)attn.backward(in.q, in.k, in.v, r, in.dout, o);
-    std::vector<double> f, fb;
+    std::vector<double> f, fb, fc, fbc;
     for (int i = 0; i < a.repeats; ++i) {
       auto t0 = Clock::now();
+      double c0 = cpu_ms();
       r = attn(in.q, in.k, in.v, o);
       f.push_back(since_ms(t0));
+      fc.push_back(cpu_ms() - c0);
       if (a.backward) {
         t0 = Clock::now();
+        c0 = cpu_ms();
         (void)attn.backward(in.q, in.k, in.v, r, in.dout, o);
         fb.push_back(f.back() + since_ms(t0));
+        fbc.push_back(fc.back() + cpu_ms() - c0);
       }
     }
     t.fwd_ms = median(f);
     t.fwd_bwd_ms = median(fb);
+    t.fwd_cpu_ms = median(fc);
+    t.fwd_bwd_cpu_ms = median(fbc);
     t.kernel = r.decision.op + ":" + r.decision.run.kernel;
   }
   comm.quiet_barrier();
-  double both[2] = {t.fwd_ms, t.fwd_bwd_ms};
-  comm.broadcast(both, sizeof both, 0);
-  t.fwd_ms = both[0], t.fwd_bwd_ms = both[1];
+  double all[4] = {t.fwd_ms, t.fwd_bwd_ms, t.fwd_cpu_ms, t.fwd_bwd_cpu_ms};
+  comm.broadcast(all, sizeof all, 0);
+  t.fwd_ms = all[0], t.fwd_bwd_ms = all[1], t.fwd_cpu_ms = all[2], t.fwd_bwd_cpu_ms = all[3];
   return t;
 }
 
 // Per-rank numbers of the last repeat, gathered on every rank.
 struct RankNumbers {
-  double busy_fwd = 0, busy_bwd = 0, wait_fwd = 0, wait_bwd = 0, sent = 0;
+  double busy_fwd = 0, busy_bwd = 0, wait_fwd = 0, wait_bwd = 0, sent = 0, work = 0;
   double step_ms[kMaxModelSteps] = {};  // forward: compute + wait of each step (ring)
   double step_compute[kMaxModelSteps] = {};
 };
@@ -127,28 +139,36 @@ void run_distributed(dist::Communicator& comm, const DistBenchArgs& a, const Ben
   dist::DistOutput r = attn(comm, in.q, in.k, in.v, opts);  // warm-up
   dist::DistGradients g;
   if (a.backward) g = attn.backward(comm, in.q, in.k, in.v, r, in.dout, opts);
-  std::vector<double> f, fb;
+  std::vector<double> f, fb, fc, fbc;
   for (int i = 0; i < a.repeats; ++i) {
     comm.barrier();
     auto t0 = Clock::now();
+    double c0 = cpu_ms();
     r = attn(comm, in.q, in.k, in.v, opts);
-    double ms[2] = {since_ms(t0), NAN};
+    double ms[2] = {since_ms(t0), NAN}, cpu[2] = {cpu_ms() - c0, NAN};
     if (a.backward) {
       t0 = Clock::now();
+      c0 = cpu_ms();
       g = attn.backward(comm, in.q, in.k, in.v, r, in.dout, opts);
       ms[1] = ms[0] + since_ms(t0);
+      cpu[1] = cpu[0] + cpu_ms() - c0;
     }
-    comm.allreduce_max(ms, a.backward ? 2 : 1);  // a call lasts as long as its slowest rank
+    comm.allreduce_max(ms, a.backward ? 2 : 1);   // a call lasts as long as its slowest rank
+    comm.allreduce_sum(cpu, a.backward ? 2 : 1);  // and costs every rank's CPU time
     f.push_back(ms[0]);
-    if (a.backward) fb.push_back(ms[1]);
+    fc.push_back(cpu[0]);
+    if (a.backward) fb.push_back(ms[1]), fbc.push_back(cpu[1]);
   }
   row.dist.fwd_ms = median(f);
   row.dist.fwd_bwd_ms = median(fb);
+  row.dist.fwd_cpu_ms = median(fc);
+  row.dist.fwd_bwd_cpu_ms = median(fbc);
   row.dist.kernel = r.output.decision.run.kernel;
   RankNumbers mine;
   mine.busy_fwd = r.stats.compute_ms;
   mine.wait_fwd = r.stats.wait_ms;
   mine.sent = static_cast<double>(r.stats.bytes_sent);
+  for (const auto& step : r.stats.steps) mine.work += step.visible_pairs;
   if (a.backward) {
     mine.busy_bwd = g.stats.compute_ms;
     mine.wait_bwd = g.stats.wait_ms;
@@ -170,6 +190,7 @@ void run_distributed(dist::Communicator& comm, const DistBenchArgs& a, const Ben
   row.wait_fwd_max = max_mean(&RankNumbers::wait_fwd).first;
   row.wait_bwd_max = max_mean(&RankNumbers::wait_bwd).first;
   row.sent_mean = max_mean(&RankNumbers::sent).second;
+  std::tie(row.work_max, row.work_mean) = max_mean(&RankNumbers::work);
   row.steps = static_cast<int>(std::min<std::size_t>(r.stats.steps.size(), kMaxModelSteps));
   row.bytes_fwd_step = 0;
   for (const auto& st2 : r.stats.steps)

@@ -25,6 +25,9 @@ struct DistBenchArgs {
 
 struct Timing {
   double fwd_ms = NAN, fwd_bwd_ms = NAN;
+  // Process CPU time (every thread; for P ranks the sum over the ranks): what the work cost,
+  // much less sensitive than wall time to other jobs on a shared machine.
+  double fwd_cpu_ms = NAN, fwd_bwd_cpu_ms = NAN;
   std::string kernel;
 };
 
@@ -38,6 +41,7 @@ struct DistRow {
   Timing dist, base;  // P ranks; one process with P threads
   double busy_fwd_max = 0, busy_fwd_mean = 0, busy_bwd_max = 0, busy_bwd_mean = 0;
   double wait_fwd_max = 0, wait_bwd_max = 0, sent_mean = 0;
+  double work_max = 0, work_mean = 0;  // visible (q, k) pairs per rank (forward): the layout's balance
   int steps = 0;
   double step_ms = NAN, step_compute_ms = NAN;  // forward ring step: slowest rank, mean over steps
   double bytes_fwd_step = 0;

@@ -67,23 +67,30 @@ void print_row(std::ostream& os, const DistBenchReport& r, const DistRow& row, b
        << r.transport << ") against 1 process x " << r.ranks << " threads on the whole problem\n";
     if (r.oversubscribed)
       os << "# more ranks x threads than cores: times are not meaningful (correctness run)\n";
-    os << "# ratio = one-process time / distributed time (>= 0.85 is the target); busy = local calls and "
-          "merges "
-          "per rank (max/mean: balance); wait = exposed wait of the slowest rank\n";
-    os << "op       layout      shape                    fwd_ms   1p_ms  ratio   fwd+bwd_ms    1p_ms  ratio  "
-          "busy_max/mean(f,b)  wait_ms(f,b)   MiB_sent/rank\n";
+    os << "# ratio = one-process time / distributed time (wall; >= 0.85 is the target); cpu = the same with "
+          "process "
+          "CPU time summed over the ranks (less sensitive to other jobs);\n# busy = local calls and merges "
+          "per rank, "
+          "work = visible (q,k) pairs per rank (max/mean: the layout's balance); wait = exposed wait of the "
+          "slowest "
+          "rank\n";
+    os << "op       layout      shape                  fwd_ms    1p_ms  ratio    cpu  fwd+bwd_ms     1p_ms  "
+          "ratio    "
+          "cpu  busy_max/mean(f,b)  work_max/mean  wait_ms(f,b)  MiB_sent/rank\n";
   }
-  char line[512];
+  char line[640];
   std::snprintf(
-      line, sizeof line, "%-8s %-11s %-22s %8s %7s %6s %12s %8s %6s %9s %9s %7s %7s %12s\n", row.op.c_str(),
-      row.layout.c_str(), row.shape.label().c_str(), f("%.1f", row.dist.fwd_ms).c_str(),
+      line, sizeof line, "%-8s %-11s %-20s %8s %8s %6s %6s %11s %9s %6s %6s %9s %9s %14s %6s %6s %14s\n",
+      row.op.c_str(), row.layout.c_str(), row.shape.label().c_str(), f("%.1f", row.dist.fwd_ms).c_str(),
       f("%.1f", row.base.fwd_ms).c_str(), f("%.3f", row.base.fwd_ms / row.dist.fwd_ms).c_str(),
+      f("%.3f", row.base.fwd_cpu_ms / row.dist.fwd_cpu_ms).c_str(),
       f("%.1f", backward ? row.dist.fwd_bwd_ms : NAN).c_str(), f("%.1f", row.base.fwd_bwd_ms).c_str(),
       f("%.3f", row.base.fwd_bwd_ms / row.dist.fwd_bwd_ms).c_str(),
+      f("%.3f", row.base.fwd_bwd_cpu_ms / row.dist.fwd_bwd_cpu_ms).c_str(),
       f("%.3f", row.busy_fwd_max / row.busy_fwd_mean).c_str(),
       f("%.3f", backward ? row.busy_bwd_max / row.busy_bwd_mean : NAN).c_str(),
-      f("%.1f", row.wait_fwd_max).c_str(), f("%.1f", backward ? row.wait_bwd_max : NAN).c_str(),
-      f("%.1f", row.sent_mean / (1 << 20)).c_str());
+      f("%.3f", row.work_max / row.work_mean).c_str(), f("%.1f", row.wait_fwd_max).c_str(),
+      f("%.1f", backward ? row.wait_bwd_max : NAN).c_str(), f("%.1f", row.sent_mean / (1 << 20)).c_str());
   os << line << std::flush;
 }
 
@@ -93,24 +100,34 @@ void print_model(std::ostream& os, const DistBenchReport& r, const DistBenchArgs
   os << "# transport, ping-pong ranks 0 <-> 1: latency " << f("%.2f", r.latency_us) << " us, bandwidth "
      << f("%.2f", r.GBps) << " GB/s\n";
   const DistRow* ref = nullptr;
-  os << "op   layout      shape                   Tl   MiB/step  F_fwd(GF/s)  model_step_ms  "
-        "measured_step_ms "
-        "(compute)  measured/model\n";
+  os << "# model A: F from the one-process run (a prediction); model B: F from this run's own compute "
+        "(checks the "
+        "communication part: is the wait as hidden as the model says)\n";
+  os << "op   layout      shape                   Tl   MiB/step  F_fwd(GF/s)  model_A_ms  measured_step_ms "
+        "(compute)  "
+        "measured/A  model_B_ms  measured/B\n";
   for (const DistRow& row : r.rows) {
     if (row.op != "ring") continue;
     const Rates c = calibrate(r, row, a.baseline_threads);
     const double Tl = static_cast<double>(row.T) / r.ranks;
     const dist::Link shm{"shm", r.latency_us, r.GBps, true};
     const bool balanced = row.layout == "zigzag" || !r.causal;
-    double model = NAN;
+    double model = NAN, own = NAN;
+    const dist::RingShape shape = ring_shape(row, r.causal, false);
     if (!std::isnan(c.fwd) && !std::isnan(r.GBps))
-      model = dist::ring_step(ring_shape(row, r.causal, false), Tl, c.fwd, shm).step_s * 1e3;
+      model = dist::ring_step(shape, Tl, c.fwd, shm).step_s * 1e3;
+    if (row.step_compute_ms > 0 && !std::isnan(r.GBps)) {
+      // The rate at which this run's steps computed (the model's pairs per step).
+      const double step_flops = dist::ring_step(shape, Tl, 1.0, shm).compute_s * 1e9;
+      own = dist::ring_step(shape, Tl, step_flops / (row.step_compute_ms * 1e-3) / 1e9, shm).step_s * 1e3;
+    }
     char line[400];
-    std::snprintf(line, sizeof line, "ring %-11s %-22s %5.0f %9s %12s %14s %16s (%s) %15s%s\n",
+    std::snprintf(line, sizeof line, "ring %-11s %-22s %5.0f %9s %12s %11s %16s (%s) %11s %11s %11s%s\n",
                   row.layout.c_str(), row.shape.label().c_str(), Tl,
                   f("%.2f", row.bytes_fwd_step / (1 << 20)).c_str(), f("%.1f", c.fwd).c_str(),
                   f("%.1f", model).c_str(), f("%.1f", row.step_ms).c_str(),
                   f("%.1f", row.step_compute_ms).c_str(), f("%.3f", row.step_ms / model).c_str(),
+                  f("%.1f", own).c_str(), f("%.3f", row.step_ms / own).c_str(),
                   balanced ? "" : "  (unbalanced layout: the model assumes equal steps)");
     os << line;
     if (!ref && balanced && !std::isnan(c.fwd)) ref = &row;
@@ -170,18 +187,39 @@ void print_model(std::ostream& os, const DistBenchReport& r, const DistBenchArgs
 void write_csv(const std::string& path, const DistBenchReport& r) {
   std::ofstream out(path);
   if (!out) throw Error(ErrorCode::io_error, "--csv: cannot write '" + path + "'");
-  out << "op,layout,B,Hq,Hkv,T,D,ranks,threads,dist_fwd_ms,base_fwd_ms,dist_fwd_bwd_ms,base_fwd_bwd_ms,busy_"
-         "fwd_max_ms,"
-         "busy_fwd_mean_ms,busy_bwd_max_ms,busy_bwd_mean_ms,wait_fwd_ms,wait_bwd_ms,sent_bytes_per_rank,step_"
-         "ms,"
+  out << "op,layout,B,Hq,Hkv,T,D,ranks,threads,dist_fwd_ms,base_fwd_ms,dist_fwd_bwd_ms,base_fwd_bwd_ms,"
+         "dist_fwd_cpu_ms,base_fwd_cpu_ms,dist_fwd_bwd_cpu_ms,base_fwd_bwd_cpu_ms,busy_fwd_max_ms,busy_fwd_"
+         "mean_ms,"
+         "busy_bwd_max_ms,busy_bwd_mean_ms,work_max,work_mean,wait_fwd_ms,wait_bwd_ms,sent_bytes_per_rank,"
+         "step_ms,"
          "step_compute_ms,latency_us,GBps\n";
-  for (const DistRow& x : r.rows)
+  for (const DistRow& x : r.rows) {
+    const double v[] = {x.dist.fwd_ms,
+                        x.base.fwd_ms,
+                        x.dist.fwd_bwd_ms,
+                        x.base.fwd_bwd_ms,
+                        x.dist.fwd_cpu_ms,
+                        x.base.fwd_cpu_ms,
+                        x.dist.fwd_bwd_cpu_ms,
+                        x.base.fwd_bwd_cpu_ms,
+                        x.busy_fwd_max,
+                        x.busy_fwd_mean,
+                        x.busy_bwd_max,
+                        x.busy_bwd_mean,
+                        x.work_max,
+                        x.work_mean,
+                        x.wait_fwd_max,
+                        x.wait_bwd_max,
+                        x.sent_mean,
+                        x.step_ms,
+                        x.step_compute_ms,
+                        r.latency_us,
+                        r.GBps};
     out << x.op << ',' << x.layout << ',' << x.shape.B << ',' << x.shape.Hq << ',' << x.shape.Hkv << ','
-        << x.T << ',' << x.shape.D << ',' << r.ranks << ',' << r.threads << ',' << x.dist.fwd_ms << ','
-        << x.base.fwd_ms << ',' << x.dist.fwd_bwd_ms << ',' << x.base.fwd_bwd_ms << ',' << x.busy_fwd_max
-        << ',' << x.busy_fwd_mean << ',' << x.busy_bwd_max << ',' << x.busy_bwd_mean << ',' << x.wait_fwd_max
-        << ',' << x.wait_bwd_max << ',' << x.sent_mean << ',' << x.step_ms << ',' << x.step_compute_ms << ','
-        << r.latency_us << ',' << r.GBps << '\n';
+        << x.T << ',' << x.shape.D << ',' << r.ranks << ',' << r.threads;
+    for (double d : v) out << ',' << d;
+    out << '\n';
+  }
   if (!out) throw Error(ErrorCode::io_error, "--csv: writing '" + path + "' failed");
 }
 

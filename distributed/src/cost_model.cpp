@@ -6,7 +6,7 @@
 namespace attnops::dist {
 
 std::vector<Link> standard_links(double shm_latency_us, double shm_GBps) {
-  return {{"shared memory (measured)", shm_latency_us, shm_GBps, true},
+  return {{"shm (measured)", shm_latency_us, shm_GBps, true},
           {"25 GbE", 15.0, 2.9, false},
           {"100 GbE", 5.0, 11.5, false},
           {"InfiniBand HDR", 1.5, 23.0, false}};
