@@ -253,6 +253,14 @@ void lse_to_heads(Communicator& comm, const Split& s, const TensorView& lse, con
   }
 }
 
+// One block of the forward's way back: lse [B, h, n] f32 and out [B, n, h, Dv], rounded up to 8
+// bytes so that every block (and its lse) starts aligned.
+std::size_t out_block_bytes(const Split& s, std::int64_t n, std::int64_t h) {
+  const std::size_t bytes =
+      static_cast<std::size_t>(s.B * h * n) * (4 + static_cast<std::size_t>(s.Dv) * s.es);
+  return (bytes + 7) & ~std::size_t{7};
+}
+
 AttentionOptions local_options(const AttentionOptions& user, const Split& s,
                                const std::optional<Tensor>& seg_q, const std::optional<Tensor>& seg_kv,
                                const float* sinks) {
@@ -320,21 +328,17 @@ DistOutput ulysses_forward(Communicator& comm, const Attention& local, Prepared&
   for (int d = 0; d < s.P; ++d) {
     const std::int64_t nd = in.q_layout.shard_length(d), hd = s.heads[static_cast<std::size_t>(d)].q_hi -
                                                               s.heads[static_cast<std::size_t>(d)].q_lo;
-    ex.send_bytes[static_cast<std::size_t>(d)] = static_cast<std::size_t>(s.B * nd * hq) * (s.Dv * s.es + 4);
-    ex.recv_bytes[static_cast<std::size_t>(d)] =
-        static_cast<std::size_t>(s.B * n_me * hd) * (s.Dv * s.es + 4);
+    ex.send_bytes[static_cast<std::size_t>(d)] = out_block_bytes(s, nd, hq);
+    ex.recv_bytes[static_cast<std::size_t>(d)] = out_block_bytes(s, n_me, hd);
   }
   ex.layout();
   Stopwatch pack;
   const Tensor& o_h = r.attention_outputs;
   for (int d = 0; d < s.P; ++d) {
+    // Block for rank d: lse [B, hq, n_d] f32 first (4-byte aligned), then out [B, n_d, hq, Dv].
     char* at = ex.send.data() + ex.send_off[static_cast<std::size_t>(d)];
     const std::int64_t nd = in.q_layout.shard_length(d);
-    for_chunks(in.q_layout, d, [&](const Chunk& c, std::int64_t local_row) {
-      copy4(offset(of(o_h.view()), 0, c.begin, 0, s.es),
-            offset(packed(at, nd, hq, s.Dv), 0, local_row, 0, s.es), s.B, c.size(), hq, s.Dv, s.es);
-    });
-    auto* l = reinterpret_cast<float*>(at + static_cast<std::size_t>(s.B * nd * hq * s.Dv) * s.es);
+    auto* l = reinterpret_cast<float*>(at);
     for (std::int64_t b = 0; b < s.B; ++b)
       for (std::int64_t h = 0; h < hq; ++h)
         for_chunks(in.q_layout, d, [&](const Chunk& c, std::int64_t local_row) {
@@ -342,6 +346,11 @@ DistOutput ulysses_forward(Communicator& comm, const Attention& local, Prepared&
                       r.lse->data_as<float>() + (b * hq + h) * s.Tq + c.begin,
                       static_cast<std::size_t>(c.size()) * 4);
         });
+    char* o = at + static_cast<std::size_t>(s.B * hq * nd) * 4;
+    for_chunks(in.q_layout, d, [&](const Chunk& c, std::int64_t local_row) {
+      copy4(offset(of(o_h.view()), 0, c.begin, 0, s.es),
+            offset(packed(o, nd, hq, s.Dv), 0, local_row, 0, s.es), s.B, c.size(), hq, s.Dv, s.es);
+    });
   }
   out_st.compute_ms += pack.ms();
   out_st.wait_ms += ex.run(comm, out_st);
@@ -351,12 +360,12 @@ DistOutput ulysses_forward(Communicator& comm, const Attention& local, Prepared&
     const Heads h = s.heads[static_cast<std::size_t>(src)];
     const std::int64_t hs = h.q_hi - h.q_lo;
     char* at = ex.recv.data() + ex.recv_off[static_cast<std::size_t>(src)];
-    copy4(packed(at, n_me, hs, s.Dv), offset(of(out), 0, 0, h.q_lo, s.es), s.B, n_me, hs, s.Dv, s.es);
-    const auto* l =
-        reinterpret_cast<const float*>(at + static_cast<std::size_t>(s.B * n_me * hs * s.Dv) * s.es);
+    const auto* l = reinterpret_cast<const float*>(at);
     for (std::int64_t b = 0; b < s.B; ++b)
       std::memcpy(lse.data_as<float>() + (b * s.Hq + h.q_lo) * n_me, l + b * hs * n_me,
                   static_cast<std::size_t>(hs * n_me) * 4);
+    char* o = at + static_cast<std::size_t>(s.B * hs * n_me) * 4;
+    copy4(packed(o, n_me, hs, s.Dv), offset(of(out), 0, 0, h.q_lo, s.es), s.B, n_me, hs, s.Dv, s.es);
   }
   out_st.compute_ms += unpack.ms();
   stats.steps.push_back(out_st);
