@@ -11,6 +11,7 @@
 #include "attnops/error.h"
 #include "attnops/gpu.h"
 #include "cli/commands.h"
+#include "cli/dist/dist_commands.h"
 #include "cli/standard_fds.h"
 #include "cli/temp_files.h"
 
@@ -53,6 +54,8 @@ int run_main(int argc, char** argv) {
   // A closed pipe on stdout (attnops bench | head) must end the program with an error status,
   // not kill it with SIGPIPE; writes then fail and the streams report it.
   std::signal(SIGPIPE, SIG_IGN);
+  // run --op ring|ulysses and bench --distributed: on every rank of an mpirun job (cli/dist/).
+  if (attnops::cli::is_distributed_command(argc, argv)) return attnops::cli::distributed_main(argc, argv);
 
   CLI::App app{"attnops: attention operators with backend dispatch", "attnops"};
   app.require_subcommand(1);

@@ -9,6 +9,7 @@ namespace attnops {
 struct Mask::Node {
   Kind kind = Kind::full;
   std::int64_t left = 0, right = 0, chunk = 0;
+  std::int64_t q_offset = 0, k_offset = 0, outer_tq = 0, outer_tk = 0;  // offset
   std::vector<Mask> children;
   std::string key;
   bool head_dependent = false;
@@ -142,10 +143,42 @@ Mask Mask::operator|(const Mask& other) const {
   return combine(Kind::any_of, *this, other);
 }
 
+Mask Mask::at_offset(std::int64_t q_offset, std::int64_t k_offset, std::int64_t Tq, std::int64_t Tk) const {
+  if (q_offset < 0 || k_offset < 0 || Tq < 0 || Tk < 0)
+    throw Error(ErrorCode::invalid_argument,
+                "Mask::at_offset: offsets and the outer (Tq, Tk) must be >= 0, got (" +
+                    std::to_string(q_offset) + ", " + std::to_string(k_offset) + ", " + std::to_string(Tq) +
+                    ", " + std::to_string(Tk) + ")");
+  auto n = std::make_shared<Node>();
+  n->kind = Kind::offset;
+  n->q_offset = q_offset;
+  n->k_offset = k_offset;
+  n->outer_tq = Tq;
+  n->outer_tk = Tk;
+  n->key = "offset(" + std::to_string(q_offset) + "," + std::to_string(k_offset) + "," + std::to_string(Tq) +
+           "," + std::to_string(Tk) + ":" + key() + ")";
+  n->head_dependent = head_dependent();
+  n->num_heads = num_heads();
+  n->children.push_back(*this);
+  return Mask(n);
+}
+
 Mask::Kind Mask::kind() const { return node_->kind; }
 std::int64_t Mask::left() const { return node_->left; }
 std::int64_t Mask::right() const { return node_->right; }
 std::int64_t Mask::chunk() const { return node_->chunk; }
+std::int64_t Mask::q_offset() const {
+  return node_->q_offset;
+}
+std::int64_t Mask::k_offset() const {
+  return node_->k_offset;
+}
+std::int64_t Mask::outer_tq() const {
+  return node_->outer_tq;
+}
+std::int64_t Mask::outer_tk() const {
+  return node_->outer_tk;
+}
 const std::vector<Mask>& Mask::children() const { return node_->children; }
 bool Mask::head_dependent() const { return node_->head_dependent; }
 std::int64_t Mask::num_heads() const { return node_->num_heads; }
@@ -170,6 +203,12 @@ bool Mask::visible(std::int64_t h, std::int64_t i, std::int64_t j, std::int64_t 
       for (const auto& c : node_->children)
         if (c.visible(h, i, j, Tq, Tk)) return true;
       return false;
+    case Kind::offset: {
+      const Node& n = *node_;
+      const std::int64_t gi = n.q_offset + i, gj = n.k_offset + j;
+      if (gi < 0 || gi >= n.outer_tq || gj < 0 || gj >= n.outer_tk) return false;
+      return n.children[0].visible(h, gi, gj, n.outer_tq, n.outer_tk);
+    }
   }
   return false;
 }
@@ -219,6 +258,14 @@ std::optional<Interval> Mask::row_interval(std::int64_t h, std::int64_t i, std::
         r.second = std::max(r.second, parts[k].second);
       }
       return r;
+    }
+    case Kind::offset: {
+      const Node& n = *node_;
+      const std::int64_t gi = n.q_offset + i;
+      if (gi < 0 || gi >= n.outer_tq) return Interval{0, 0};
+      auto x = n.children[0].row_interval(h, gi, n.outer_tq, n.outer_tk);  // clipped to [0, outer_tk)
+      if (!x) return std::nullopt;
+      return clip(x->first - n.k_offset, x->second - n.k_offset);
     }
   }
   return std::nullopt;

@@ -38,6 +38,7 @@ bool fold(const Mask& m, ParamMask& acc) {
       return fold(heads.front(), acc);
     }
     case Mask::Kind::any_of:
+    case Mask::Kind::offset:  // positions relative to an outer problem: partial tiles read bitsets
       return false;
   }
   return false;

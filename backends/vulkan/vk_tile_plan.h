@@ -29,7 +29,8 @@ struct ParamMask {
 };
 // The parameters of `mask` when it is an AND (any nesting) of full / causal / local /
 // chunked_causal parts (a per_head node whose heads are all equal counts as that mask);
-// nullopt otherwise (| of masks, different per-head masks, two different chunk sizes).
+// nullopt otherwise (| of masks, different per-head masks, two different chunk sizes, an
+// at_offset block).
 std::optional<ParamMask> param_mask(const Mask& mask);
 
 struct TilePlan {

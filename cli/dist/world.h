@@ -1,0 +1,28 @@
+// The ranks a distributed command runs on: MPI's world when the program was started by mpirun
+// (and built with MPI), otherwise a world of one rank in this process. Only world_mpi.cpp
+// includes <mpi.h>.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "attnops/dist/communicator.h"
+
+namespace attnops::cli {
+
+class World {
+ public:
+  virtual ~World() = default;  // MPI: frees the communicator, then MPI_Finalize
+  virtual dist::Communicator& comm() = 0;
+  // Ends every rank of the job now with `code` (MPI_Abort): for errors after which other ranks
+  // may be waiting for this one.
+  [[noreturn]] virtual void abort(int code) = 0;
+};
+
+// MPI_Init_thread (MPI_THREAD_FUNNELED) when started by a launcher (mpirun / mpiexec set
+// OMPI_COMM_WORLD_SIZE, PMI_SIZE or PMIX_RANK) in an MPI build; one rank otherwise.
+std::unique_ptr<World> open_world(int& argc, char**& argv);
+// Whether this build can run on MPI ranks.
+bool built_with_mpi();
+
+}  // namespace attnops::cli

@@ -1,0 +1,20 @@
+# The core library never depends on MPI: no MPI symbol in libattnops, no <mpi.h> in its public
+# headers, no MPI library loaded by a program that links only the core (run as a CTest script:
+# cmake -DLIB=... -DINCLUDE=... -DPROBE=... -P check_core_without_mpi.cmake).
+execute_process(COMMAND nm -A ${LIB} OUTPUT_VARIABLE syms ERROR_QUIET)
+string(REGEX MATCHALL "[ \t][UTtDdBb] (MPI_|PMPI_|ompi_)[A-Za-z_]+" found "${syms}")
+if(found)
+  message(FATAL_ERROR "libattnops references MPI symbols: ${found}")
+endif()
+file(GLOB_RECURSE headers ${INCLUDE}/*.h)
+foreach(h IN LISTS headers)
+  file(STRINGS ${h} lines REGEX "#include[ \t]*<mpi.h>")
+  if(lines)
+    message(FATAL_ERROR "${h} includes <mpi.h>: only the distributed layer's MPI header may")
+  endif()
+endforeach()
+execute_process(COMMAND ldd ${PROBE} OUTPUT_VARIABLE libs ERROR_QUIET)
+if(libs MATCHES "libmpi")
+  message(FATAL_ERROR "${PROBE} (core only) loads an MPI library:\n${libs}")
+endif()
+message(STATUS "core without MPI: ${LIB}, ${INCLUDE}, ${PROBE}")
