@@ -27,6 +27,8 @@ const char* kind_name(Mask::Kind k) {
       return "all_of";
     case Mask::Kind::any_of:
       return "any_of";
+    case Mask::Kind::offset:
+      return "offset";
   }
   return "?";
 }
@@ -48,10 +50,14 @@ sliding_window and chunk_size).
       .def_static("chunked_causal", &Mask::chunked_causal, py::arg("chunk"),
                   "j <= p and floor(j / chunk) == floor(p / chunk) (chunk >= 1).")
       .def_static("per_head", &Mask::per_head, py::arg("masks"), "One mask per q head.")
+      .def("at_offset", &Mask::at_offset, py::arg("q_offset"), py::arg("k_offset"), py::arg("tq"),
+           py::arg("tk"),
+           "This mask seen from the block of a (tq, tk) problem whose rows start at q_offset and "
+           "columns at k_offset (a shard of a sequence-parallel problem).")
       .def("__and__", &Mask::operator&, py::is_operator())
       .def("__or__", &Mask::operator|, py::is_operator())
       .def_property_readonly("kind", [](const Mask& k) { return kind_name(k.kind()); })
-      .def_property_readonly("key", &Mask::key, "Canonical text, e.g. 'causal&local(32,0)'.")
+      .def_property_readonly("key", &Mask::key, "Canonical text, e.g. '(causal&local(32,0))'.")
       .def_property_readonly("left", &Mask::left)
       .def_property_readonly("right", &Mask::right)
       .def_property_readonly("chunk", &Mask::chunk)
