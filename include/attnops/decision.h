@@ -74,6 +74,9 @@ struct RunInfo {
   std::uint64_t bytes_to_device = 0;  // uploaded for this call (device-resident inputs move nothing)
   std::uint64_t bytes_to_host = 0;    // read back for this call
   std::optional<RunTimings> timings;  // when profiling
+  // Paged calls (paged.h): each sequence's result is bitwise the same alone or inside any batch,
+  // at any thread count (a fixed split of its keys, merged in a fixed order; kernel_detail says how).
+  bool batch_invariant = false;
   bool operator==(const RunInfo&) const = default;
 };
 
@@ -103,7 +106,8 @@ struct DispatchDecision {
   bool fell_back() const { return op != requested; }
   // {"requested": "...", "operator": "...", "backend": "...", "reasons": [{"code","detail"}]}
   // plus "kernel" and "kernel_detail" when the backend reported them, "inputs", "output",
-  // "bytes_to_device", "bytes_to_host" when reported, "timings" when profiled, "cost" when the
+  // "bytes_to_device", "bytes_to_host" when reported, "batch_invariant": true for paged calls
+  // that guarantee it, "timings" when profiled, "cost" when the
   // cost rule ran, and "pass": "backward" for a backward decision.
   std::string to_json() const;
   // One line, oneDNN-verbose style ("dispatch_backward" instead of "dispatch" for a backward):
