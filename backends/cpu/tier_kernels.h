@@ -13,6 +13,8 @@ namespace attnops {
 struct BlockMap;
 struct BackwardProblem;
 struct GradientBuffers;
+struct PagedProblem;
+struct PagedBuffers;
 }  // namespace attnops
 
 namespace attnops::cpu {
@@ -35,6 +37,10 @@ struct TierKernels {
                                 std::int64_t splits);
   // The backward of every operator (tiled_backward.cpp): dq, dk, dv (dsinks, dbias) over `map`.
   const char* (*backward)(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads);
+  // The stream items of a paged call (paged_stream.cpp): `items` index the plan's work list
+  // (whole sequences, in plan order); guard: weight-0 keys skipped (the non-finite re-run).
+  const char* (*paged_stream)(const PagedProblem& p, PagedBuffers& buffers, int threads,
+                              const std::int32_t* items, std::int64_t n_items, bool guard);
 };
 
 // Each tier's table, defined by tier_table.cpp compiled for that tier.
