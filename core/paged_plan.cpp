@@ -12,6 +12,7 @@
 // Cost: O(S + pages used) for the checks plus O(items); no sort (stream items are at most
 // kv_split_tokens keys each, which dynamic scheduling balances without ordering them).
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "attnops/error.h"
@@ -187,14 +188,33 @@ PagedPlan plan_paged(const RaggedBatch& batch, const PagedKVSpec& cache, std::in
   d->page_ids.resize(static_cast<std::size_t>(total_pages));
   for (i64 s = 0; s < S; ++s) {
     std::int32_t* out = d->page_ids.data() + d->page_begin[static_cast<std::size_t>(s)];
-    const i64 need =
-        d->page_begin[static_cast<std::size_t>(s) + 1] - d->page_begin[static_cast<std::size_t>(s)];
+    const i64 need = d->page_begin[static_cast<std::size_t>(s) + 1] - d->page_begin[static_cast<std::size_t>(s)];
+    // The common case (a contiguous row) in loops the compiler vectorises: copy, then one range
+    // check over the row (as unsigned: a negative id is out of range too); the element-wise walk
+    // below names the offending column.
+    const TensorView& t = batch.page_table;
+    if (t.stride(1) == 1 && need > 0) {
+      i64 lo = 0, hi = 0;
+      if (t.dtype() == DType::i32) {
+        const std::int32_t* row = t.data_as<std::int32_t>() + s * t.stride(0);
+        std::memcpy(out, row, static_cast<std::size_t>(need) * sizeof(std::int32_t));
+        std::int32_t mn = row[0], mx = row[0];
+        for (i64 j = 0; j < need; ++j) mn = std::min(mn, row[j]), mx = std::max(mx, row[j]);
+        lo = mn, hi = mx;
+      } else {
+        const i64* row = t.data_as<i64>() + s * t.stride(0);
+        i64 mn = row[0], mx = row[0];
+        for (i64 j = 0; j < need; ++j) mn = std::min(mn, row[j]), mx = std::max(mx, row[j]);
+        for (i64 j = 0; j < need; ++j) out[j] = static_cast<std::int32_t>(row[j]);
+        lo = mn, hi = mx;
+      }
+      if (lo >= 0 && hi < cache.num_pages) continue;
+    }
     for (i64 j = 0; j < need; ++j) {
       const i64 p = at(batch.page_table, s, j);
       if (p < 0 || p >= cache.num_pages)
         fail(ErrorCode::invalid_argument, "page_table: " + seq_name(s) + ", column " + std::to_string(j) +
-                                              " holds page " + std::to_string(p) +
-                                              ", outside the cache's pages [0, " +
+                                              " holds page " + std::to_string(p) + ", outside the cache's pages [0, " +
                                               std::to_string(cache.num_pages) + ")");
       out[j] = static_cast<std::int32_t>(p);
     }
@@ -202,35 +222,53 @@ PagedPlan plan_paged(const RaggedBatch& batch, const PagedKVSpec& cache, std::in
 
   // The work list: stream items first, then tile items.
   const i64 G = num_q_heads / cache.num_kv_heads, T = d->split_tokens;
-  std::vector<PagedWorkItem> tiles;
+  // Two passes: count the items, then write them in place (building each on the stack and
+  // copying it in cost more than everything else here: store-forwarding stalls).
+  std::vector<KeyRange> unions(static_cast<std::size_t>(S));
+  i64 n_stream = 0, n_tile = 0;
   for (i64 s = 0; s < S; ++s) {
     const auto si = static_cast<std::size_t>(s);
     const i64 ql = d->q_len[si];
+    unions[si] = {0, 0};
     if (ql == 0) continue;
     // The union of the rows' visible keys: both ends of a row's range grow with its position,
     // so the first and the last row bound it (every row sees at least its own key).
     const KeyRange first_row = visible_keys(*d, s, 0), last_row = visible_keys(*d, s, ql - 1);
     const KeyRange u{std::min(first_row.lo, last_row.lo), std::max(first_row.hi, last_row.hi)};
     if (u.hi <= u.lo) continue;  // every row fully masked: output 0, lse -inf
-    PagedWorkItem it;
-    it.seq = static_cast<std::int32_t>(s);
-    it.q_begin = d->q_begin[si], it.q_end = it.q_begin + ql;
+    unions[si] = u;
+    if (ql <= kPagedStreamMaxQ || G * ql <= kPagedStreamMaxRows)
+      n_stream += (u.hi - 1) / T - u.lo / T + 1;
+    else
+      ++n_tile;
+  }
+  d->work.resize(static_cast<std::size_t>(n_stream + n_tile));
+  PagedWorkItem* stream = d->work.data();
+  PagedWorkItem* tile = stream + n_stream;
+  for (i64 s = 0; s < S; ++s) {
+    const auto si = static_cast<std::size_t>(s);
+    const KeyRange u = unions[si];
+    if (u.hi <= u.lo) continue;
+    const i64 ql = d->q_len[si], q0 = d->q_begin[si];
     if (ql <= kPagedStreamMaxQ || G * ql <= kPagedStreamMaxRows) {
       const i64 first = u.lo / T, last = (u.hi - 1) / T;
-      it.num_splits = static_cast<std::int32_t>(last - first + 1);
-      for (i64 k = first; k <= last; ++k) {
-        it.split = static_cast<std::int32_t>(k - first);
-        it.kv_begin = std::max(u.lo, k * T), it.kv_end = std::min(u.hi, (k + 1) * T);
-        d->work.push_back(it);
+      for (i64 k = first; k <= last; ++k, ++stream) {
+        stream->seq = static_cast<std::int32_t>(s);
+        stream->split = static_cast<std::int32_t>(k - first);
+        stream->num_splits = static_cast<std::int32_t>(last - first + 1);
+        stream->kind = PagedWorkKind::stream;
+        stream->q_begin = q0, stream->q_end = q0 + ql;
+        stream->kv_begin = std::max(u.lo, k * T), stream->kv_end = std::min(u.hi, (k + 1) * T);
       }
     } else {
-      it.kind = PagedWorkKind::tile;
-      it.kv_begin = u.lo, it.kv_end = u.hi;
-      tiles.push_back(it);
+      tile->seq = static_cast<std::int32_t>(s);
+      tile->kind = PagedWorkKind::tile;
+      tile->q_begin = q0, tile->q_end = q0 + ql;
+      tile->kv_begin = u.lo, tile->kv_end = u.hi;
+      ++tile;
     }
   }
-  d->num_stream_items = static_cast<i64>(d->work.size());
-  d->work.insert(d->work.end(), tiles.begin(), tiles.end());
+  d->num_stream_items = n_stream;
   PagedPlan plan;
   plan.data_ = std::move(d);
   return plan;
