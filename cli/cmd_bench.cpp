@@ -37,6 +37,7 @@
 #include "attnops/attnops.h"
 #include "backends/common/block_map.h"
 #include "backends/common/block_map_impl.h"
+#include "cli/bench_serving.h"
 #include "cli/bench_spec.h"
 #include "cli/commands.h"
 #include "cli/decision_text.h"
@@ -55,7 +56,7 @@ constexpr const char* kFlopsNote =
     "ones (about half); backward rows count 2.5 times that";
 
 struct BenchArgs {
-  std::string file, ops, backends, shapes, dtypes, passes, config, csv, json, plot;
+  std::string file, ops, backends, shapes, dtypes, passes, config, csv, json, plot, serving_json;
   bool causal = false, no_causal = false, both = false, progress = false, no_progress = false;
   int repeats = 0, threads = 0, sgemm = -1;
 };
@@ -352,6 +353,8 @@ int bench(const BenchArgs& a) {
   for (const auto& b : spec.backends)  // reject typos before any timing
     if (b != "gpu_resident") parse_backend_list(b);
   if (!a.shapes.empty()) spec.shapes = parse_bench_shapes(a.shapes);
+  // A file of serving rows only (no dense shapes) runs just those (cli/bench_serving.h).
+  const bool serving_only = !spec.serving.empty() && spec.shapes.empty();
   if (spec.shapes.empty()) spec.shapes = {parse_bench_shape("1,8,512,64")};
   if (!a.dtypes.empty()) {
     spec.dtypes.clear();
@@ -375,6 +378,11 @@ int bench(const BenchArgs& a) {
   const Config config = load_optional_config(a.config);
   Overrides threads;
   if (a.threads > 0) threads.num_threads = a.threads;
+  const bool show = a.no_progress ? false : (a.progress || ProgressBar::stderr_is_tty());
+  if (serving_only) {
+    run_serving_bench(spec, config, a.threads, std::cout, a.serving_json, show);
+    return std::cout ? 0 : 2;
+  }
 
   std::vector<Row> rows;
   for (const auto& op : spec.ops)
@@ -393,7 +401,6 @@ int bench(const BenchArgs& a) {
               rows.push_back(std::move(r));
             }
 
-  const bool show = a.no_progress ? false : (a.progress || ProgressBar::stderr_is_tty());
   ProgressBar bar(rows.size() + (spec.sgemm > 0 ? 1 : 0), show);
   std::size_t done = 0;
   SgemmResult sgemm;
@@ -421,6 +428,7 @@ int bench(const BenchArgs& a) {
   if (!a.json.empty()) write_json(a.json, rows, sgemm);
   if (!a.plot.empty())
     plot_rows(a.plot, rows, sgemm, spec.causal.size() > 1, spec.dtypes.size() > 1, spec.passes.size() > 1);
+  if (!spec.serving.empty()) run_serving_bench(spec, config, a.threads, std::cout, a.serving_json, show);
   return std::cout ? 0 : 2;
 }
 
@@ -451,6 +459,7 @@ Command add_bench_command(CLI::App& root) {
   app->add_option("--csv", a->csv, "Also write the rows as CSV");
   app->add_option("--json", a->json, "Also write the rows as JSON");
   app->add_option("--plot", a->plot, "Also plot GFLOP/s per shape (FILE.png or FILE.svg, needs gnuplot)");
+  app->add_option("--serving-json", a->serving_json, "Also write the serving rows (bench file key serving) as JSON");
   auto* p =
       app->add_flag("--progress", a->progress, "Draw the progress bar even when stderr is not a terminal");
   app->add_flag("--no-progress", a->no_progress, "Never draw the progress bar")->excludes(p);
