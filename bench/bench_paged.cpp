@@ -11,9 +11,12 @@
 //                                              dense flash_attn2
 //   bench_paged --benchmark_filter=Plan        plan_paged for 256 decode sequences (host cost per step)
 //
-// Every benchmark reports real time and the minimum over --benchmark_repetitions (the "_min" rows):
-// on a shared machine a descheduled OpenMP thread stalls a whole call, so the minimum is the
-// figure that measures the code, not the neighbours. Ratios: compare rows of one run.
+// Every benchmark reports real time with the minimum and maximum over --benchmark_repetitions (the
+// "_min" rows: times; the "_max" rows: rates, kv_GBps and GBps, which Google Benchmark aggregates
+// with the same function): on a shared machine a descheduled OpenMP thread stalls a whole call,
+// so the best repetition is the figure that measures the code, not the neighbours. Ratios:
+// compare rows of one run, e.g.
+//   bench_paged --benchmark_repetitions=5 --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -39,6 +42,9 @@ double g_read_gbps = 0;
 double min_of(const std::vector<double>& v) {
   return *std::min_element(v.begin(), v.end());
 }
+double max_of(const std::vector<double>& v) {
+  return *std::max_element(v.begin(), v.end());
+}
 
 void BM_Bandwidth(benchmark::State& state) {
   attnops::cli::ReadBandwidth bw;
@@ -61,7 +67,7 @@ const attnops::cli::ServingBatch& batch(const std::string& key, const attnops::c
 }
 
 attnops::Attention op(const char* name) {
-  attnops::OperationMetadata md;
+  attnops::OperationMetadata md = attnops::registry().entry(name).defaults;  // its fallbacks (decode)
   md.backends = {attnops::Backend::cpu};
   return attnops::registry().get(name, md);
 }
@@ -154,7 +160,7 @@ void BM_Plan(benchmark::State& state) {
 
 template <class B>
 B* common(B* b) {
-  return b->UseRealTime()->ComputeStatistics("min", min_of);
+  return b->UseRealTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of);
 }
 
 }  // namespace
@@ -162,6 +168,7 @@ B* common(B* b) {
 int main(int argc, char** argv) {
   benchmark::RegisterBenchmark("BM_Bandwidth", BM_Bandwidth)
       ->ComputeStatistics("min", min_of)
+      ->ComputeStatistics("max", max_of)
       ->UseManualTime()
       ->Iterations(3)
       ->Unit(benchmark::kMillisecond);

@@ -225,7 +225,8 @@ void run_serving_bench(const BenchSpec& spec, const Config& config, int threads,
         }
   ProgressBar bar(rows.size() + 1, progress);
   bar.update(0, "read bandwidth");
-  const ReadBandwidth bw = measure_read_bandwidth(threads, std::max(spec.repeats, 3));
+  const ReadBandwidth bw =
+      measure_read_bandwidth(threads, std::max(spec.repeats, 3), spec.read_bandwidth_mib);
   Overrides over;
   if (threads > 0) over.num_threads = threads;
   for (std::size_t i = 0; i < rows.size(); ++i) {

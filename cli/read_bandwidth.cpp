@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "attnops/error.h"
@@ -39,10 +40,12 @@ float stream_sum(const float* x, std::int64_t n) {
 
 }  // namespace
 
-ReadBandwidth measure_read_bandwidth(int threads, int repeats) {
-  const std::int64_t n = std::int64_t{1} << 27;  // 2^27 floats = 512 MiB
+ReadBandwidth measure_read_bandwidth(int threads, int repeats, int mib) {
+  const std::int64_t n = std::int64_t{std::max(mib, 1)} << 18;  // 2^18 floats per MiB
   std::unique_ptr<float[]> a(new (std::nothrow) float[static_cast<std::size_t>(n)]);
-  if (!a) throw Error(ErrorCode::out_of_memory, "read-bandwidth loop: cannot allocate 512 MiB");
+  if (!a)
+    throw Error(ErrorCode::out_of_memory,
+                "read-bandwidth loop: cannot allocate " + std::to_string(mib) + " MiB");
   const int nt = threads > 0 ? threads : omp_get_max_threads();
   const auto share = [n](int t, int count) { return std::pair{n * t / count, n * (t + 1) / count}; };
 #pragma omp parallel num_threads(nt)

@@ -10,8 +10,9 @@ struct ReadBandwidth {
   int threads = 0;
 };
 
-// Sums a 512 MiB float array with `threads` OpenMP threads (0 = OpenMP's default), each reading
-// the contiguous share it first touched; the median of `repeats` passes after one warm-up.
-ReadBandwidth measure_read_bandwidth(int threads, int repeats);
+// Sums a float array of `mib` MiB (512 by default: far beyond the caches) with `threads` OpenMP
+// threads (0 = OpenMP's default), each reading the contiguous share it first touched; the median
+// of `repeats` passes after one warm-up.
+ReadBandwidth measure_read_bandwidth(int threads, int repeats, int mib = 512);
 
 }  // namespace attnops::cli
