@@ -196,12 +196,13 @@ void run_item(StreamJob& job, StreamScratch& w, i64 k) {
   const char* kbase = static_cast<const char*>(p.k_pages.data());
   const char* vbase = static_cast<const char*>(p.v_pages.data());
   const i64 khs = p.k_pages.stride(2) * es, vhs = p.v_pages.stride(2) * es;  // bytes between heads
+  i64 pi = it.kv_begin / ps, row = it.kv_begin % ps;  // page index and row of the next key
   for (i64 j0 = it.kv_begin; j0 < it.kv_end; j0 += kBlock) {
     const i64 n = std::min(kBlock, it.kv_end - j0);
-    for (i64 jj = 0; jj < n; ++jj) {
-      const i64 j = j0 + jj, page = pages[j / ps], row = j % ps;
-      w.kr[jj] = kbase + p.k_offset(page, row, 0) * es;
-      w.vr[jj] = vbase + p.v_offset(page, row, 0) * es;
+    for (i64 jj = 0; jj < n; ++jj) {  // the block's row addresses (no division per key)
+      w.kr[jj] = kbase + p.k_offset(pages[pi], row, 0) * es;
+      w.vr[jj] = vbase + p.v_offset(pages[pi], row, 0) * es;
+      if (++row == ps) row = 0, ++pi;
     }
     // 1. Scores, position-major (a page's rows in address order), V prefetched meanwhile.
     for (i64 jj = 0; jj < n; ++jj)
