@@ -22,13 +22,14 @@
 // boundaries from kv_begin, the fixed merge order), and one thread computes a whole item, so a
 // sequence's output bits are the same alone or in any batch, at any thread count.
 //
-// Parallelism: one OpenMP region, dynamic over the items, then static over the merge groups;
-// scratch allocated before it (std::bad_alloc becomes Error(out_of_memory) in the dispatch).
-#include <omp.h>
-
+// Parallelism is the caller's (paged_cpu.cpp holds the one parallel loop over the work list):
+// paged_stream_begin allocates the job and every thread's scratch (std::bad_alloc there becomes
+// Error(out_of_memory) in the dispatch), then any thread runs any item and, after all items, any
+// merge task; nothing in those allocates or throws.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "attnops/paged_problem.h"
@@ -263,11 +264,21 @@ void merge_row(const StreamJob& job, i64 k0, i64 hk, i64 r, float* o) {
 
 }  // namespace
 
-const char* paged_stream_forward(const PagedProblem& p, PagedBuffers& buffers, int threads,
-                                 const std::int32_t* items, std::int64_t n_items, bool guard) {
+namespace {
+// A job and every thread's scratch, made by paged_stream_begin.
+struct StreamRun {
+  StreamJob job;
+  std::vector<StreamScratch> scratch;
+  AlignedArray<float> merged;  // [threads][Dv]: one merged row per thread
+};
+}  // namespace
+
+void* paged_stream_begin(const PagedProblem& p, PagedBuffers& buffers, int threads, const std::int32_t* items,
+                         std::int64_t n_items, bool guard) {
   const PagedPlan::Data& d = *p.batch;
-  StreamJob job{p, d, buffers, items, n_items, p.group(), guard, {}, {}, {}, {}, 0};
-  if (n_items == 0) return "stream items: K/V streamed once per step";
+  auto run = std::unique_ptr<StreamRun>(
+      new StreamRun{StreamJob{p, d, buffers, items, n_items, p.group(), guard, {}, {}, {}, {}, 0}, {}, {}});
+  StreamJob& job = run->job;
   // Partial rows for multi-split items; the largest item sizes the scratch.
   job.part_row = aligned_array<i64>(n_items);
   job.merge_first = aligned_array<i64>(n_items);
@@ -284,12 +295,11 @@ const char* paged_stream_forward(const PagedProblem& p, PagedBuffers& buffers, i
       if (it.split == 0) job.merge_first[job.n_merge++] = k;
     }
   }
-  threads = static_cast<int>(std::clamp<i64>(n_items, 1, threads));
-  // Everything is allocated here, before the parallel region (see the file comment).
+  // Everything is allocated here, before any parallel region (see the file comment).
   job.part_acc = aligned_array<float>(part_rows * p.Dv);
   job.part_state.assign(static_cast<std::size_t>(part_rows), OnlineRow{});
-  std::vector<StreamScratch> scratch(static_cast<std::size_t>(threads));
-  for (StreamScratch& w : scratch) {
+  run->scratch.resize(static_cast<std::size_t>(std::max(threads, 1)));
+  for (StreamScratch& w : run->scratch) {
     w.Qs = aligned_array<float>(p.Hq * max_ql * p.D);
     w.S = aligned_array<float>(std::max(max_rows * kBlock, p.Dv));
     w.acc = aligned_array<float>(max_rows * p.Dv);
@@ -299,37 +309,42 @@ const char* paged_stream_forward(const PagedProblem& p, PagedBuffers& buffers, i
     w.kr = aligned_array<const char*>(kBlock);
     w.vr = aligned_array<const char*>(kBlock);
   }
-  AlignedArray<float> merged = aligned_array<float>(threads * p.Dv);
-  const i64 n_merge = job.n_merge;
+  run->merged = aligned_array<float>(std::max(threads, 1) * p.Dv);
+  return run.release();
+}
 
-  // The one parallel loop over the plan's work list (issue 21 moves it onto its scheduler).
-#pragma omp parallel num_threads(threads)
-  {
-    StreamScratch& w = scratch[static_cast<std::size_t>(omp_get_thread_num())];
-#pragma omp for schedule(dynamic, 1)
-    for (i64 k = 0; k < n_items; ++k) {
-      switch (p.dtype) {
-        case DType::f16:
-          run_item<DType::f16>(job, w, k);
-          break;
-        case DType::bf16:
-          run_item<DType::bf16>(job, w, k);
-          break;
-        default:
-          run_item<DType::f32>(job, w, k);
-          break;
-      }
-    }
-    float* o = merged.get() + omp_get_thread_num() * p.Dv;
-#pragma omp for schedule(static)
-    for (i64 g = 0; g < n_merge * p.Hkv; ++g) {
-      const i64 k0 = job.merge_first[g / p.Hkv], hk = g % p.Hkv;
-      const PagedWorkItem& it = d.work[static_cast<std::size_t>(items[k0])];
-      for (i64 r = 0; r < job.G * (it.q_end - it.q_begin); ++r) merge_row(job, k0, hk, r, o);
-    }
+void paged_stream_item(void* handle, int thread, std::int64_t k) {
+  auto* run = static_cast<StreamRun*>(handle);
+  StreamScratch& w = run->scratch[static_cast<std::size_t>(thread)];
+  switch (run->job.p.dtype) {
+    case DType::f16:
+      run_item<DType::f16>(run->job, w, k);
+      break;
+    case DType::bf16:
+      run_item<DType::bf16>(run->job, w, k);
+      break;
+    default:
+      run_item<DType::f32>(run->job, w, k);
+      break;
   }
-  return "stream items: K/V pages streamed once per step for every q head of a kv head, split every "
-         "kv_split_tokens keys, merged in split order";
+}
+
+std::int64_t paged_stream_merges(const void* handle) {
+  const auto* run = static_cast<const StreamRun*>(handle);
+  return run->job.n_merge * run->job.p.Hkv;
+}
+
+void paged_stream_merge(void* handle, int thread, std::int64_t m) {
+  auto* run = static_cast<StreamRun*>(handle);
+  const StreamJob& job = run->job;
+  const i64 k0 = job.merge_first[m / job.p.Hkv], hk = m % job.p.Hkv;
+  const PagedWorkItem& it = job.d.work[static_cast<std::size_t>(job.items[k0])];
+  float* o = run->merged.get() + thread * job.p.Dv;
+  for (i64 r = 0; r < job.G * (it.q_end - it.q_begin); ++r) merge_row(job, k0, hk, r, o);
+}
+
+void paged_stream_end(void* handle) {
+  delete static_cast<StreamRun*>(handle);
 }
 
 }  // namespace attnops::cpu::ATTNOPS_TIER_NS

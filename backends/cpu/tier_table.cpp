@@ -12,7 +12,11 @@ const TierKernels& tier_kernels() {
                                       &vanilla_general_forward,
                                       &vanilla_decode_forward,
                                       &tiled_backward,
-                                      &paged_stream_forward};
+                                      &paged_stream_begin,
+                                      &paged_stream_item,
+                                      &paged_stream_merges,
+                                      &paged_stream_merge,
+                                      &paged_stream_end};
   return kTable;
 }
 
