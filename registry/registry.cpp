@@ -48,9 +48,8 @@ AttentionOutput Attention::paged(const TensorView& q, const PagedKVCache& cache,
   return paged(q, cache, plan_paged(batch, cache.spec(), q.dim(0), q.dim(1), options), options);
 }
 
-DispatchDecision Attention::plan_paged_call(const TensorView& q, const PagedKVCache& cache,
-                                            const PagedPlan& plan,
-                                            const PagedAttentionOptions& options) const {
+DispatchDecision Attention::explain_paged(const TensorView& q, const PagedKVCache& cache,
+                                          const PagedPlan& plan, const PagedAttentionOptions& options) const {
   return dispatch_paged(*op_, *host_, q, cache, plan, options, RuntimeFlags::from_env(), /*execute=*/false)
       .decision;
 }

@@ -49,6 +49,8 @@ using vanilla::OnlineRow;
 // Positions per block (as the dense decode path: one max and one rescale of acc per block and
 // row, the block's K and V rows stay in L1/L2).
 constexpr i64 kBlock = 32;
+// Keys ahead whose K rows are prefetched where the stream crosses into another page.
+constexpr i64 kPageAhead = 2;
 
 // pv over a block of value rows given by pointers (they may lie in different pages):
 // acc[r * ldacc + c] += sum_j P[r * ldp + j] * vrows[j][c] for r < RR, the accumulators of one
@@ -197,6 +199,7 @@ void run_item(StreamJob& job, StreamScratch& w, i64 k) {
   const char* kbase = static_cast<const char*>(p.k_pages.data());
   const char* vbase = static_cast<const char*>(p.v_pages.data());
   const i64 khs = p.k_pages.stride(2) * es, vhs = p.v_pages.stride(2) * es;  // bytes between heads
+  const i64 krow_stride = p.k_pages.stride(1) * es;                          // bytes between a page's rows
   i64 pi = it.kv_begin / ps, row = it.kv_begin % ps;  // page index and row of the next key
   for (i64 j0 = it.kv_begin; j0 < it.kv_end; j0 += kBlock) {
     const i64 n = std::min(kBlock, it.kv_end - j0);
@@ -206,12 +209,29 @@ void run_item(StreamJob& job, StreamScratch& w, i64 k) {
       if (++row == ps) row = 0, ++pi;
     }
     // 1. Scores, position-major (a page's rows in address order), V prefetched meanwhile.
-    for (i64 jj = 0; jj < n; ++jj)
+    // dot_key prefetches K a few rows ahead in memory, which at the end of a page is another
+    // page's data: the first rows of the next page are asked for here instead.
+    i64 next_row = row, next_pi = pi;  // the key after the block
+    for (i64 jj = 0; jj < n; ++jj) {
+      if (jj + kPageAhead >= n || (w.kr[jj + kPageAhead] - w.kr[jj]) != kPageAhead * krow_stride) {
+        // the key kPageAhead positions on: in this block's list, or past it
+        const i64 ahead = jj + kPageAhead;
+        const char* kp = nullptr;
+        if (ahead < n) {
+          kp = w.kr[ahead];
+        } else if (j0 + ahead < it.kv_end) {
+          i64 r2 = next_row + (ahead - n), p2 = next_pi;
+          while (r2 >= ps) r2 -= ps, ++p2;
+          kp = kbase + p.k_offset(pages[p2], r2, 0) * es;
+        }
+        if (kp) vanilla::prefetch_bytes(kp, Hkv * khs);
+      }
       for (i64 hk = 0; hk < Hkv; ++hk) {
         vanilla::dot_key<DT>(w.Qs.get() + hk * R * D, D, R, w.kr[jj] + hk * khs, D,
                              w.S.get() + hk * R * kBlock + jj, kBlock);
         vanilla::prefetch_bytes(w.vr[jj] + hk * vhs, Dv * es);
       }
+    }
     // 2. Logits -> online softmax, per row.
     for (i64 hk = 0; hk < Hkv; ++hk)
       for (i64 r = 0; r < R; ++r) {

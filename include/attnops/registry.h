@@ -71,8 +71,8 @@ class Attention {
   AttentionOutput paged(const TensorView& q, const PagedKVCache& cache, const RaggedBatch& batch,
                         const PagedAttentionOptions& options = {}) const;
   // The decision a paged call would get, without running it.
-  DispatchDecision plan_paged_call(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan,
-                                   const PagedAttentionOptions& options = {}) const;
+  DispatchDecision explain_paged(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan,
+                                 const PagedAttentionOptions& options = {}) const;
 
   const std::string& name() const { return requested_; }
   const OperationImpl& op() const { return *op_; }

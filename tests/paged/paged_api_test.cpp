@@ -312,7 +312,7 @@ TEST(PagedRouting, DecisionReasonsConfigAndLog) {
   // The decision without running it.
   EXPECT_EQ(
       reg.get("paged")
-          .plan_paged_call(c.q, c.cache, plan_paged(c.batch, c.cache.spec(), c.N, s.Hq, c.options), c.options)
+          .explain_paged(c.q, c.cache, plan_paged(c.batch, c.cache.spec(), c.N, s.Hq, c.options), c.options)
           .backend,
       Backend::cpu);
   // YAML: the operator's backend, by alias.
