@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <ctime>
 #include <memory>
 #include <string>
 #include <vector>
@@ -54,9 +55,15 @@ ReadBandwidth measure_read_bandwidth(int threads, int repeats, int mib) {
     for (std::int64_t i = b; i < e; ++i)
       a[static_cast<std::size_t>(i)] = static_cast<float>(i & 1023) * 1e-3f;
   }
-  std::vector<double> gbps;
+  std::vector<double> gbps, per_cpu;
   volatile float sink = 0;
+  const auto cpu_now = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+  };
   for (int r = 0; r <= std::max(1, repeats); ++r) {
+    const double c0 = cpu_now();
     const auto t0 = std::chrono::steady_clock::now();
     float s = 0;
 #pragma omp parallel num_threads(nt) reduction(+ : s)
@@ -66,10 +73,16 @@ ReadBandwidth measure_read_bandwidth(int threads, int repeats, int mib) {
     }
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     sink = sink + s;
-    if (r > 0) gbps.push_back(static_cast<double>(n) * sizeof(float) * 1e-9 / sec);  // pass 0 warms up
+    const double cpu = cpu_now() - c0;
+    if (r > 0) {  // pass 0 warms up
+      gbps.push_back(static_cast<double>(n) * sizeof(float) * 1e-9 / sec);
+      per_cpu.push_back(static_cast<double>(n) * sizeof(float) * 1e-9 / cpu);
+    }
   }
   std::sort(gbps.begin(), gbps.end());
-  return {gbps[gbps.size() / 2], static_cast<double>(n) * sizeof(float) / (1024.0 * 1024.0), nt};
+  std::sort(per_cpu.begin(), per_cpu.end());
+  return {gbps[gbps.size() / 2], per_cpu[per_cpu.size() / 2],
+          static_cast<double>(n) * sizeof(float) / (1024.0 * 1024.0), nt};
 }
 
 }  // namespace attnops::cli

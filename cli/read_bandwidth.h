@@ -5,8 +5,10 @@
 namespace attnops::cli {
 
 struct ReadBandwidth {
-  double gbps = 0;  // median over the repeats
-  double mib = 0;   // size of the array read
+  double gbps = 0;                 // median over the repeats
+  double gbps_per_cpu_second = 0;  // bytes per second of process CPU time (all threads), median: on a
+                                   // shared machine, the rate over the time the threads really ran
+  double mib = 0;                  // size of the array read
   int threads = 0;
 };
 
