@@ -216,7 +216,7 @@ PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, 
 
 PagedBuffers allocate_paged_buffers(const PagedProblem& p) {
   PagedBuffers b;
-  b.out = Tensor(p.dtype, {p.N, p.Hq, p.Dv});
+  if (!p.q.on_device()) b.out = Tensor(p.dtype, {p.N, p.Hq, p.Dv});
   if (p.want_lse) {
     b.lse = Tensor(DType::f32, {p.N, p.Hq});
     float* l = b.lse->data_as<float>();

@@ -1,5 +1,7 @@
 #include "operators/ragged_paged.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <limits>
 
 #include "attnops/error.h"
@@ -7,6 +9,7 @@
 #include "backends/cpu/paged_cpu.h"
 #include "backends/native/paged_native.h"
 #include "backends/native/reference.h"
+#include "backends/vulkan/vk_paged.h"
 #include "operators/forward_glue.h"
 
 namespace attnops {
@@ -22,6 +25,7 @@ AttentionOutput run_paged_forward(const PagedProblem& p, Kernel&& kernel) {
   kernel(p, b);  // an empty batch costs nothing, and still reports what would run
   AttentionOutput out;
   out.attention_outputs = std::move(b.out);
+  out.device_attention_outputs = std::move(b.device_out);
   out.lse = std::move(b.lse);
   out.decision.run = std::move(b.run);
   return out;
@@ -105,12 +109,35 @@ AttentionOutput RaggedPagedAttn::forward_cpu(const AttentionProblem& p) {
       p, [this](const AttentionProblem& q, AttentionBuffers& b) { dense_through_paged(q, b, metadata()); });
 }
 
+std::optional<Reason> RaggedPagedAttn::check_paged_inputs(Backend b, const PagedProblem& p) const {
+  if (b != Backend::gpu) return std::nullopt;
+  const auto& named = metadata().backends;
+  if (!p.k_pages.on_device() && !p.q.on_device() &&
+      std::find(named.begin(), named.end(), Backend::gpu) == named.end()) {
+    const double mib =
+        static_cast<double>((p.k_pages.numel() + p.v_pages.numel()) * static_cast<i64>(dtype_size(p.dtype))) /
+        (1024.0 * 1024.0);
+    char size[32];
+    std::snprintf(size, sizeof size, "%.1f MiB", mib);
+    return Reason{ReasonCode::cpu_faster,
+                  std::string("a host cache would be uploaded whole (") + size +
+                      ") every call; auto keeps host caches on the cpu (keep the cache on the device with "
+                      "PagedKVCache::device, or ask for backend gpu)"};
+  }
+  return vulkan::check_paged_inputs(p, metadata().gpu);
+}
+
 AttentionOutput RaggedPagedAttn::paged_native(const PagedProblem& p) {
   return run_paged_forward(p, [](const PagedProblem& q, PagedBuffers& b) { native::paged_reference(q, b); });
 }
 
 AttentionOutput RaggedPagedAttn::paged_cpu(const PagedProblem& p) {
   return run_paged_forward(p, [](const PagedProblem& q, PagedBuffers& b) { cpu::paged_attention(q, b); });
+}
+
+AttentionOutput RaggedPagedAttn::paged_gpu(const PagedProblem& p) {
+  return run_paged_forward(
+      p, [this](const PagedProblem& q, PagedBuffers& b) { vulkan::run_paged(q, metadata().gpu, b); });
 }
 
 }  // namespace attnops

@@ -4,7 +4,10 @@
 //           native call on them)
 //   cpu     per ISA tier: stream items on the paged stream kernel, tile items on the tiled kernel
 //           (backends/cpu/paged_cpu.h)
-//   gpu     not implemented yet (the dispatcher records not_implemented)
+//   gpu     Vulkan (backends/vulkan/vk_paged.h): the work list's rows and KV splits on one
+//           workgroup each, then a merge pass; device-resident caches read in place. Under auto a
+//           host cache stays off the gpu (it would be uploaded whole every call): reason
+//           cpu_faster; asking for the gpu (backend: gpu, --backend gpu) runs it there.
 //   tpu     backend_unavailable, as every operator
 // A dense call (attn(q, k, v)) is the batch of its B sequences of Tq queries over Tk keys each, on
 // pages of Tk tokens (k and v viewed in place): the same kernels, so the operator is usable (and
@@ -29,9 +32,13 @@ class RaggedPagedAttn : public OperationImpl {
   AttentionOutput forward_native(const AttentionProblem& p) override;
   AttentionOutput forward_cpu(const AttentionProblem& p) override;
 
-  bool implements_paged(Backend b) const override { return b == Backend::native || b == Backend::cpu; }
+  bool implements_paged(Backend b) const override {
+    return b == Backend::native || b == Backend::cpu || b == Backend::gpu;
+  }
+  std::optional<Reason> check_paged_inputs(Backend b, const PagedProblem& p) const override;
   AttentionOutput paged_native(const PagedProblem& p) override;
   AttentionOutput paged_cpu(const PagedProblem& p) override;
+  AttentionOutput paged_gpu(const PagedProblem& p) override;
 };
 
 }  // namespace attnops

@@ -103,10 +103,13 @@ PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, 
 // item writes, padding and fully masked ones, stay 0); lse [N, Hq] f32 filled with -inf when
 // want_lse. A caller may hand a kernel buffers of another shape with the same contiguous
 // layout (the dense form of the operator does: out [B, Tq, Hq, Dv]).
+// When q is a device tensor (gpu only) out stays empty and the gpu leaves the output in
+// device_out ([N, Hq, Dv] in the problem's dtype).
 struct PagedBuffers {
   Tensor out;
   std::optional<Tensor> lse;
   RunInfo run;
+  DeviceTensor device_out;
 };
 PagedBuffers allocate_paged_buffers(const PagedProblem& p);
 

@@ -294,7 +294,7 @@ TEST(PagedRouting, DecisionReasonsConfigAndLog) {
   PagedCaseSpec s;
   s.q_lens = {1, 4}, s.kv_lens = {33, 4};
   const PagedCase c = make_paged_case(s);
-  // A host with a gpu: the paged gpu kernel does not exist yet, recorded as not_implemented.
+  // A host with a gpu: auto keeps a host cache off it (it would be uploaded whole every call).
   auto host = std::make_shared<::testing::NiceMock<MockHost>>();
   ON_CALL(*host, availability).WillByDefault(Return(Availability{true, "mock"}));
   ON_CALL(*host, cost_rates).WillByDefault(Return(std::nullopt));
@@ -305,8 +305,8 @@ TEST(PagedRouting, DecisionReasonsConfigAndLog) {
   EXPECT_EQ(o.decision.op, "ragged_paged");
   EXPECT_EQ(o.decision.backend, Backend::cpu);
   ASSERT_EQ(o.decision.reasons.size(), 1u);
-  EXPECT_EQ(o.decision.reasons[0].code, ReasonCode::not_implemented);
-  EXPECT_THAT(o.decision.reasons[0].detail, HasSubstr("gpu: ragged_paged has no paged_gpu"));
+  EXPECT_EQ(o.decision.reasons[0].code, ReasonCode::cpu_faster);
+  EXPECT_THAT(o.decision.reasons[0].detail, HasSubstr("gpu: a host cache would be uploaded whole"));
   EXPECT_THAT(o.decision.to_json(), HasSubstr("\"batch_invariant\": true"));
   EXPECT_FALSE(o.decision.run.kernel.empty());
   // The decision without running it.
@@ -330,7 +330,7 @@ TEST(PagedRouting, DecisionReasonsConfigAndLog) {
   const std::string log = ::testing::internal::GetCapturedStderr();
   ::unsetenv("ATTNOPS_LOG");
   EXPECT_THAT(log, HasSubstr("attnops,dispatch,ragged_paged,cpu/"));
-  EXPECT_THAT(log, HasSubstr("not_implemented:gpu: ragged_paged has no paged_gpu"));
+  EXPECT_THAT(log, HasSubstr("cpu_faster:gpu: a host cache would be uploaded whole"));
   // ATTNOPS_FORCE_NATIVE.
   ::setenv("ATTNOPS_FORCE_NATIVE", "1", 1);
   const AttentionOutput f = reg.get("paged").paged(c.q, c.cache, c.batch, c.options);
@@ -395,15 +395,22 @@ TEST(PagedDevice, WriteThenGatherOnTheDeviceAndHostOnlyBackendsRefuseIt) {
         dev.write(kn.view().slice(0, 0, 2), vn.view().slice(0, 0, 2), index(DType::i32, {1, slots}));
       },
       ErrorCode::invalid_argument, "slot_mapping");
-  // Host-only backends cannot read it: a typed error naming the cache, never a silent copy.
+  // Host-only backends cannot read it: a typed error naming the cache, never a silent copy (auto
+  // runs it on the gpu: tests/paged/paged_gpu_test.cpp).
   OperationMetadata md;
   md.gpu = software_gpu();
-  expect_error([&] { registry().get("paged", md).paged(c.q, dev, c.batch, c.options); },
-               ErrorCode::not_implemented, "device-resident, so only the gpu backend can read it");
   md.backends = {Backend::cpu};
   expect_error([&] { registry().get("paged", md).paged(c.q, dev, c.batch, c.options); },
                ErrorCode::invalid_argument,
                "the cache (k_pages, v_pages) is device-resident and the backend asked for is cpu");
+  md.backends = {Backend::native};
+  expect_error([&] { registry().get("paged", md).paged(c.q, dev, c.batch, c.options); },
+               ErrorCode::invalid_argument,
+               "the cache (k_pages, v_pages) is device-resident and the backend asked for is native");
+  ::setenv("ATTNOPS_FORCE_NATIVE", "1", 1);
+  expect_error([&] { registry().get("paged").paged(c.q, dev, c.batch, c.options); },
+               ErrorCode::invalid_argument, "device-resident and ATTNOPS_FORCE_NATIVE=1");
+  ::unsetenv("ATTNOPS_FORCE_NATIVE");
 }
 
 }  // namespace
