@@ -64,6 +64,38 @@ TEST(PagedCli, RunWritesTheLibrarysResult) {
   EXPECT_TRUE(same_bits(cli::read_npy(f.lse), *want.lse));
 }
 
+// --backend gpu (lavapipe here: allowed through the environment, validation on): the pools are
+// uploaded, the run exits 0 and writes the library's gpu result bit for bit (one device, one
+// kernel), through mapped memory and through the staging copies alike.
+TEST(PagedCli, RunOnTheGpu) {
+  GpuSettings gpu;
+  gpu.allow_software = true;
+  if (!registry().host().availability(Backend::gpu, gpu).available) GTEST_SKIP() << "no Vulkan device here";
+  PagedCaseSpec s;
+  s.q_lens = {1, 5, 0, 9}, s.kv_lens = {70, 12, 3, 9}, s.page_size = 8, s.dtype = DType::f16;
+  s.window = Window{20, 0};
+  const PagedCase c = make_paged_case(s);
+  const Files f(c);
+  OperationMetadata md;
+  md.gpu = gpu;
+  const AttentionOutput want = run_paged(c, Backend::gpu, md);
+  ASSERT_EQ(want.decision.backend, Backend::gpu) << want.decision.to_json();
+  for (const char* staging : {"0", "1"}) {
+    const CliResult r =
+        run_cli(f.args({"--lse-out", f.lse, "--window", "20,0", "--backend", "gpu", "--explain"}),
+                {{"ATTNOPS_VK_ALLOW_SOFTWARE", "1"},
+                 {"ATTNOPS_VK_VALIDATION", "1"},
+                 {"ATTNOPS_VK_FORCE_STAGING", staging}});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const auto j = nlohmann::json::parse(r.last_err_line());
+    EXPECT_EQ(j["backend"], "gpu") << r.last_err_line();
+    EXPECT_EQ(j["kernel"], "paged_rowwise") << r.last_err_line();
+    EXPECT_EQ(j["batch_invariant"], true);
+    EXPECT_TRUE(same_bits(cli::read_npy(f.out), want.attention_outputs)) << "staging " << staging;
+    EXPECT_TRUE(same_bits(cli::read_npy(f.lse), *want.lse)) << "staging " << staging;
+  }
+}
+
 TEST(PagedCli, BadInputsExitTwoAndWriteNothing) {
   PagedCaseSpec s;
   s.q_lens = {1, 2}, s.kv_lens = {10, 4};
