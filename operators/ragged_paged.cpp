@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <memory>
 
 #include "attnops/error.h"
 #include "attnops/paged_problem.h"
@@ -32,40 +33,69 @@ AttentionOutput run_paged_forward(const PagedProblem& p, Kernel&& kernel) {
 }
 
 // A dense problem's batch as a ragged batch over pages of Tk tokens: page b is k[b] / v[b] (the
-// views themselves: no copy), sequence b is q rows [b * Tq, (b + 1) * Tq) of q seen as [B * Tq,
-// Hq, D], with Tk keys. Runs the cpu paged kernel into the dense buffers (out [B, Tq, Hq, Dv] has
-// the layout of [N, Hq, Dv]; lse is transposed from [N, Hq] to [B, Hq, Tq]).
-void dense_through_paged(const AttentionProblem& p, AttentionBuffers& buffers, const OperationMetadata& md) {
+// views themselves, host or device: no copy), sequence b is q rows [b * Tq, (b + 1) * Tq) of q
+// seen as [B * Tq, Hq, D], with Tk keys. Holds what the paged problem's views point into.
+struct DenseAsPaged {
+  Tensor q3, cu, kv, table;
+  PagedKVCache cache;
+  PagedPlan plan;
+  PagedAttentionOptions options;
+  PagedProblem pp;
+};
+
+// Tk >= 1 (a page of 0 tokens does not exist; run_forward handles Tk == 0 on the host).
+std::unique_ptr<DenseAsPaged> dense_as_paged(const AttentionProblem& p, const OperationMetadata& md) {
+  auto d = std::make_unique<DenseAsPaged>();
   const i64 N = p.B * p.Tq;
-  const PagedKVCache cache = PagedKVCache::wrap(p.k, p.v);
-  Tensor q3;
+  d->cache = PagedKVCache::wrap(p.k, p.v);
   TensorView qv;
-  if (p.q.stride(0) == p.Tq * p.q.stride(1) || p.B == 1) {
+  const bool rows_collapse = p.q.stride(0) == p.Tq * p.q.stride(1) || p.B == 1;
+  if (p.q.on_device()) {
+    if (!rows_collapse)
+      throw Error(ErrorCode::unsupported_feature,
+                  "q: a device view whose batch rows are not Tq token rows apart (make it contiguous)");
+    qv = TensorView(p.q.device_storage(), p.q.device_offset(), p.dtype, {N, p.Hq, p.D},
+                    {p.q.stride(1), p.q.stride(2), 1});
+  } else if (rows_collapse) {
     qv = TensorView(p.q.data(), p.dtype, {N, p.Hq, p.D}, {p.q.stride(1), p.q.stride(2), 1});
   } else {
-    q3 = Tensor::copy_of(p.q);
-    qv = TensorView(q3.data(), p.dtype, {N, p.Hq, p.D});
+    d->q3 = Tensor::copy_of(p.q);
+    qv = TensorView(d->q3.data(), p.dtype, {N, p.Hq, p.D});
   }
-  Tensor cu(DType::i64, {p.B + 1}), kv(DType::i64, {p.B}), table(DType::i64, {p.B, 1});
-  for (i64 b = 0; b <= p.B; ++b) cu.data_as<i64>()[b] = b * p.Tq;
-  for (i64 b = 0; b < p.B; ++b) kv.data_as<i64>()[b] = p.Tk, table.data_as<i64>()[b] = b;
-  PagedAttentionOptions o;
+  d->cu = Tensor(DType::i64, {p.B + 1}), d->kv = Tensor(DType::i64, {p.B}),
+  d->table = Tensor(DType::i64, {p.B, 1});
+  for (i64 b = 0; b <= p.B; ++b) d->cu.data_as<i64>()[b] = b * p.Tq;
+  for (i64 b = 0; b < p.B; ++b) d->kv.data_as<i64>()[b] = p.Tk, d->table.data_as<i64>()[b] = b;
+  PagedAttentionOptions& o = d->options;
   o.causal = p.causal;
   o.sliding_window = p.window;
   o.chunk_size = p.chunk;
   o.logits_soft_cap = p.soft_cap;
   if (p.sinks) o.softmax_aux = TensorView(p.sinks, DType::f32, {p.Hq});
   o.return_lse = p.want_lse;
-  const PagedPlan plan = plan_paged({cu, kv, table}, cache.spec(), N, p.Hq, o);
+  d->plan = plan_paged({d->cu, d->kv, d->table}, d->cache.spec(), N, p.Hq, o);
   OperationMetadata pmd = md;
   pmd.runtime_dtype.reset();  // p's tensors are already in the runtime dtype
   pmd.softmax_scale = p.scale;
   pmd.num_threads = p.num_threads;
-  const PagedProblem pp = make_paged_problem(qv, cache, plan, o, pmd);
+  d->pp = make_paged_problem(qv, d->cache, d->plan, o, pmd);
+  return d;
+}
+
+// Runs a paged kernel on a dense problem into the dense buffers (out [B, Tq, Hq, Dv] has the
+// layout of [N, Hq, Dv]: the kernel writes it in place; lse is transposed from [N, Hq] to [B,
+// Hq, Tq]; a device output is re-viewed as [B, Tq, Hq, Dv]).
+template <class Kernel>
+void dense_through_paged(const AttentionProblem& p, AttentionBuffers& buffers, const OperationMetadata& md,
+                         Kernel&& kernel) {
+  const i64 N = p.B * p.Tq;
+  const std::unique_ptr<DenseAsPaged> d = dense_as_paged(p, md);
   PagedBuffers pb;
-  pb.out = buffers.out;  // shared storage: the kernel writes the dense output in place
+  if (!p.q.on_device()) pb.out = buffers.out;  // shared storage: the kernel writes the dense output in place
   if (p.want_lse) pb.lse = Tensor(DType::f32, {N, p.Hq});
-  cpu::paged_attention(pp, pb);
+  kernel(d->pp, pb);
+  if (p.q.on_device())
+    buffers.device_out = DeviceTensor(pb.device_out.storage(), p.dtype, {p.B, p.Tq, p.Hq, p.Dv});
   if (buffers.lse) {
     const float* from = pb.lse->data_as<float>();
     float* to = buffers.lse->data_as<float>();
@@ -83,11 +113,10 @@ OperationMetadata RaggedPagedAttn::default_metadata() {
 }
 
 std::optional<Reason> RaggedPagedAttn::check_inputs(Backend b, const AttentionProblem& p) const {
-  if (b != Backend::cpu) return std::nullopt;
-  const auto unsupported = [](const char* what) {
-    return Reason{
-        ReasonCode::unsupported_feature,
-        std::string(what) + " has no ragged form: the paged kernels do not take it (the native oracle does)"};
+  if (b == Backend::native) return std::nullopt;
+  const auto unsupported = [](const std::string& what) {
+    return Reason{ReasonCode::unsupported_feature,
+                  what + " has no ragged form: the paged kernels do not take it (the native oracle does)"};
   };
   if (p.bias) return unsupported("bias");
   if (p.has_segments()) return unsupported("segment ids");
@@ -96,7 +125,15 @@ std::optional<Reason> RaggedPagedAttn::check_inputs(Backend b, const AttentionPr
     return Reason{ReasonCode::unsupported_feature,
                   "q_len=" + std::to_string(p.Tq) + " > kv_len=" + std::to_string(p.Tk) +
                       ": a ragged batch's queries are the last q_len of its keys"};
-  return std::nullopt;
+  if (b != Backend::gpu) return std::nullopt;
+  if (p.Tk == 0 || p.B == 0 || p.Hq == 0)
+    return Reason{ReasonCode::unsupported_feature,
+                  "an empty problem (no keys, batch or heads) has no page to view"};
+  try {
+    return vulkan::check_paged_inputs(dense_as_paged(p, metadata())->pp, metadata().gpu);
+  } catch (const Error& e) {
+    return Reason{ReasonCode::unsupported_feature, e.what()};
+  }
 }
 
 AttentionOutput RaggedPagedAttn::forward_native(const AttentionProblem& p) {
@@ -105,8 +142,18 @@ AttentionOutput RaggedPagedAttn::forward_native(const AttentionProblem& p) {
 }
 
 AttentionOutput RaggedPagedAttn::forward_cpu(const AttentionProblem& p) {
-  return run_forward(
-      p, [this](const AttentionProblem& q, AttentionBuffers& b) { dense_through_paged(q, b, metadata()); });
+  return run_forward(p, [this](const AttentionProblem& q, AttentionBuffers& b) {
+    dense_through_paged(q, b, metadata(),
+                        [](const PagedProblem& pp, PagedBuffers& pb) { cpu::paged_attention(pp, pb); });
+  });
+}
+
+AttentionOutput RaggedPagedAttn::forward_gpu(const AttentionProblem& p) {
+  return run_forward(p, [this](const AttentionProblem& q, AttentionBuffers& b) {
+    dense_through_paged(q, b, metadata(), [this](const PagedProblem& pp, PagedBuffers& pb) {
+      vulkan::run_paged(pp, metadata().gpu, pb);
+    });
+  });
 }
 
 std::optional<Reason> RaggedPagedAttn::check_paged_inputs(Backend b, const PagedProblem& p) const {

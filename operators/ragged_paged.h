@@ -10,9 +10,10 @@
 //           cpu_faster; asking for the gpu (backend: gpu, --backend gpu) runs it there.
 //   tpu     backend_unavailable, as every operator
 // A dense call (attn(q, k, v)) is the batch of its B sequences of Tq queries over Tk keys each, on
-// pages of Tk tokens (k and v viewed in place): the same kernels, so the operator is usable (and
-// testable) like the others. What a ragged batch has no form for (bias, segment ids, user masks,
-// weights, Tq > Tk) is unsupported_feature on the cpu; the native oracle runs everything.
+// pages of Tk tokens (k and v viewed in place, host or device): the same kernels, so the operator
+// is usable (and testable) like the others. What a ragged batch has no form for (bias, segment
+// ids, user masks, weights, Tq > Tk; on the gpu also Tk == 0) is unsupported_feature on the cpu
+// and the gpu; the native oracle runs everything.
 #pragma once
 
 #include "attnops/operation.h"
@@ -27,10 +28,13 @@ class RaggedPagedAttn : public OperationImpl {
   std::string name() const override { return "ragged_paged"; }
   std::vector<std::string> aliases() const override { return {"paged"}; }
 
-  bool implements(Backend b) const override { return b == Backend::native || b == Backend::cpu; }
+  bool implements(Backend b) const override {
+    return b == Backend::native || b == Backend::cpu || b == Backend::gpu;
+  }
   std::optional<Reason> check_inputs(Backend b, const AttentionProblem& p) const override;
   AttentionOutput forward_native(const AttentionProblem& p) override;
   AttentionOutput forward_cpu(const AttentionProblem& p) override;
+  AttentionOutput forward_gpu(const AttentionProblem& p) override;
 
   bool implements_paged(Backend b) const override {
     return b == Backend::native || b == Backend::cpu || b == Backend::gpu;

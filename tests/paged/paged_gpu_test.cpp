@@ -294,5 +294,44 @@ TEST(PagedGpu, DispatchAndErrors) {
       ErrorCode::unsupported_dtype, "q: dtype f32 differs from the cache's f16");
 }
 
+// The dense form of the operator (attn(q, k, v): B sequences of Tq queries over Tk keys, pages
+// of Tk tokens viewed in place) on the gpu, host and device tensors; what has no ragged form is
+// unsupported_feature there and runs elsewhere.
+TEST(PagedGpu, DenseCallsRunThePagedKernel) {
+  REQUIRE_GPU();
+  OperationMetadata md;
+  md.backends = {Backend::gpu};
+  const Attention attn = registry().get("paged", md);
+  for (const auto& [B, Tq, Tk, dt] : {std::tuple{2, 1, 77, DType::f32}, std::tuple{1, 33, 33, DType::f16},
+                                      std::tuple{3, 5, 40, DType::bf16}}) {
+    CaseSpec cs;
+    cs.B = B, cs.Tq = Tq, cs.Tk = Tk, cs.Hq = 4, cs.Hkv = 2, cs.D = 24, cs.Dv = 16, cs.dtype = dt;
+    cs.window = Window{9, 0};
+    cs.sinks = Tq == 5;
+    const Case c = make_case(cs, static_cast<std::uint64_t>(B * 100 + Tq));
+    SCOPED_TRACE(c.describe());
+    const AttentionOutput o = attn(c.q, c.k, c.v, c.options);
+    ASSERT_EQ(o.decision.backend, Backend::gpu) << o.decision.to_json();
+    EXPECT_EQ(o.decision.run.kernel, "paged_rowwise");
+    AttentionBuffers b;
+    b.out = o.attention_outputs;
+    b.lse = o.lse;
+    EXPECT_TRUE(within_tolerance(problem_for(c), b));
+    // Device q, k, v: the output stays on the device, the same bits.
+    const DeviceTensor dq = DeviceTensor::from_host(c.q), dk = DeviceTensor::from_host(c.k),
+                       dv = DeviceTensor::from_host(c.v);
+    const AttentionOutput d = attn(dq, dk, dv, c.options);
+    EXPECT_EQ(d.decision.run.inputs, "device");
+    EXPECT_TRUE(same_bits(d.device_attention_outputs.to_host(), o.attention_outputs));
+    EXPECT_TRUE(same_bits(*d.lse, *o.lse));
+  }
+  CaseSpec cs;
+  cs.Tq = 8, cs.Tk = 8, cs.segments = true;
+  const Case c = make_case(cs, 3);
+  const AttentionOutput o = attn(c.q, c.k, c.v, c.options);
+  EXPECT_NE(o.decision.backend, Backend::gpu);
+  EXPECT_TRUE(o.decision.has(ReasonCode::unsupported_feature)) << o.decision.to_json();
+}
+
 }  // namespace
 }  // namespace attnops::testing
