@@ -130,6 +130,9 @@ std::optional<Reason> limits_reason(const PagedProblem& p, const rt::PhysicalDev
         static_cast<std::uint64_t>((p.N - 1) * p.q.stride(0) + (p.Hq - 1) * p.q.stride(1) + p.D);
     if (p.N > 0 && last > u32) return feature("q: element offsets past 2^32 (the shaders index in 32 bits)");
   }
+  const auto& kv = p.batch->kv_len;
+  if (!kv.empty() && *std::max_element(kv.begin(), kv.end()) > std::numeric_limits<std::int32_t>::max())
+    return feature("a kv_len past 2^31 (the shaders index keys in 32 bits)");
   if (w.num_tasks() > std::numeric_limits<std::int32_t>::max() ||
       static_cast<i64>(p.batch->page_ids.size()) > std::numeric_limits<std::int32_t>::max())
     return feature("more than 2^31 tasks or pages in one batch");

@@ -146,6 +146,27 @@ TEST(PagedCli, BenchServingRows) {
     EXPECT_GT(row["tokens_per_s"].get<double>(), 0) << row.dump();
     EXPECT_LT(row["max_err"].get<double>(), 1e-5) << row.dump();
   }
+  // gpu_resident (lavapipe here): the pools and q on the device during the timing.
+  GpuSettings gpu;
+  gpu.allow_software = true;
+  if (registry().host().availability(Backend::gpu, gpu).available) {
+    cli::testing::write_file(
+        dir.file("g.yaml"),
+        "backends: [gpu_resident, gpu]\ndtypes: [f16]\nrepeats: 1\nread_bandwidth_mib: 16\n"
+        "serving:\n  - {label: tiny, seqs: 3, kv_len: [5, 90], q_len: 1, prefill: {fraction: "
+        "0.34, q_len: 40}, heads: [4, 2], head_dim: 16, page_size: 4}\n");
+    const CliResult g = run_cli({"bench", "--file", dir.file("g.yaml"), "--serving-json", dir.file("g.json")},
+                                {{"ATTNOPS_VK_ALLOW_SOFTWARE", "1"}});
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    const auto gdoc = nlohmann::json::parse(cli::testing::read_file(dir.file("g.json")));
+    ASSERT_EQ(gdoc["rows"].size(), 2u);
+    for (const auto& row : gdoc["rows"]) {
+      EXPECT_EQ(row["error"], "") << row.dump();
+      EXPECT_EQ(row["backend"], "gpu") << row.dump();
+      EXPECT_EQ(row["kernel"], "paged_rowwise") << row.dump();
+      EXPECT_LT(row["max_err"].get<double>(), 2e-3) << row.dump();
+    }
+  }
   // A wrong key names the file, the line and the key.
   cli::testing::write_file(dir.file("bad.yaml"), "serving:\n  - {seqs: 0}\n");
   const CliResult b = run_cli({"bench", "--file", dir.file("bad.yaml")});

@@ -235,6 +235,13 @@ TEST(PagedGpu, NonFinitePolicy) {
   };
   poison(0, 3, NAN);                                      // outside every row's window
   poison(1, 26, std::numeric_limits<float>::infinity());  // seen by the last rows of sequence 1
+  {  // and a NaN key of sequence 1 at position 28, seen by its last rows only (their rows: NaN)
+    const i64 j = 28;
+    const TensorView k = c.cache.k_page(plan.pages(1)[j / s.page_size]);
+    auto* row = static_cast<float*>(const_cast<void*>(k.data())) + (j % s.page_size) * k.stride(0);
+    for (i64 e = 0; e < s.Hkv * s.D; ++e) row[e] = NAN;
+    for (i64 e = 0; e < s.Hkv * s.D; ++e) c.k_seq[1].set(static_cast<std::size_t>(j * s.Hkv * s.D + e), NAN);
+  }
   const AttentionOutput o = run_gpu(c, device_cache(c)), ref = run_gpu(clean, clean.cache);
   const Tolerance tol = tolerance_for(s.dtype);
   for (std::size_t x = 0; x < 2; ++x) EXPECT_TRUE(rows_match(c, x, o, dense_oracle(c, x), tol.out, tol.lse));
