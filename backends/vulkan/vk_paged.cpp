@@ -82,9 +82,9 @@ std::uint64_t partial_bytes(const PagedProblem& p, i64 tasks) {
   return static_cast<std::uint64_t>(tasks * p.Hq * (p.Dv + 2)) * 4u;
 }
 
-// Workgroups along x before the rest folds onto z.
+// Workgroups along y (tasks or rows; x is the q head) before the rest folds onto z.
 std::uint32_t fold_of(const rt::PhysicalDevice& pd) {
-  return std::max<std::uint32_t>(1u, std::min<std::uint32_t>(pd.caps.max_group_count[0], 65535u));
+  return std::max<std::uint32_t>(1u, std::min<std::uint32_t>(pd.caps.max_group_count[1], 65535u));
 }
 
 // The largest element index a shader computes into a pool view (k or v): off + last row + Dh.
@@ -138,7 +138,7 @@ std::optional<Reason> limits_reason(const PagedProblem& p, const rt::PhysicalDev
     return feature("more than 2^31 tasks or pages in one batch");
   const std::uint32_t fold = fold_of(pd);
   const i64 most = std::max<i64>(w.num_tasks(), p.N);
-  if (p.Hq > static_cast<i64>(pd.caps.max_group_count[1]) ||
+  if (p.Hq > static_cast<i64>(pd.caps.max_group_count[0]) ||
       (most + fold - 1) / fold > static_cast<i64>(pd.caps.max_group_count[2]))
     return feature("the work list (" + std::to_string(most) + " items x Hq=" + std::to_string(p.Hq) +
                    ") exceeds maxComputeWorkGroupCount");
@@ -298,8 +298,8 @@ void run_paged(const PagedProblem& p, const GpuSettings& settings, PagedBuffers&
   const std::uint32_t fold = fold_of(pd);
   const auto groups_for = [&](i64 items, std::uint32_t(&g)[3]) {
     const auto n = static_cast<std::uint32_t>(items);
-    g[0] = std::min(n, fold);
-    g[1] = static_cast<std::uint32_t>(p.Hq);
+    g[0] = static_cast<std::uint32_t>(p.Hq);  // the heads of one task side by side (shared K/V reads)
+    g[1] = std::min(n, fold);
     g[2] = (n + fold - 1) / fold;
   };
   rt::PipelineKey key;

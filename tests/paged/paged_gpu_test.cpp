@@ -13,6 +13,7 @@
 #include <limits>
 #include <random>
 
+#include "backends/vulkan/vulkan_debug.h"
 #include "tests/paged/paged_cases.h"
 #include "tests/support/testing.h"
 
@@ -42,6 +43,17 @@ bool have_gpu() {
 #define REQUIRE_GPU() \
   if (!have_gpu()) GTEST_SKIP() << "no Vulkan device (lavapipe) here"
 
+// No validation error and no synchronization hazard so far in this process (the tests run under
+// the validation layer with synchronization validation: vulkan_env.cpp).
+void expect_clean_validation() {
+  if (!vulkan::debug::validation_enabled()) return;  // no layer installed: nothing to count
+  const vulkan::debug::ValidationCounts v = vulkan::debug::validation_counts();
+  std::string all;
+  for (const std::string& m : vulkan::debug::validation_messages()) all += "\n  " + m;
+  EXPECT_EQ(v.errors, 0u) << "validation errors:" << all;
+  EXPECT_EQ(v.sync_hazards, 0u) << "synchronization hazards:" << all;
+}
+
 // The case's pools copied to the device.
 PagedKVCache device_cache(const PagedCase& c) {
   return PagedKVCache::from_device(DeviceTensor::from_host(c.cache.k_pages()),
@@ -53,12 +65,17 @@ AttentionOutput run_gpu(const PagedCase& c, const PagedKVCache& cache, bool q_on
   OperationMetadata md;
   md.backends = {Backend::gpu};
   const Attention attn = registry().get("ragged_paged", md);
-  if (!q_on_device) return attn.paged(c.q, cache, c.batch, c.options);
-  const DeviceTensor dq = DeviceTensor::from_host(c.q);
-  AttentionOutput o = attn.paged(dq, cache, c.batch, c.options);
-  EXPECT_EQ(o.attention_outputs.rank(), 0);  // no host output
-  EXPECT_EQ(o.device_attention_outputs.shape(), (std::vector<i64>{c.N, c.spec.Hq, c.spec.Dv}));
-  o.attention_outputs = o.device_attention_outputs.to_host();
+  AttentionOutput o;
+  if (!q_on_device) {
+    o = attn.paged(c.q, cache, c.batch, c.options);
+  } else {
+    const DeviceTensor dq = DeviceTensor::from_host(c.q);
+    o = attn.paged(dq, cache, c.batch, c.options);
+    EXPECT_EQ(o.attention_outputs.rank(), 0);  // no host output
+    EXPECT_EQ(o.device_attention_outputs.shape(), (std::vector<i64>{c.N, c.spec.Hq, c.spec.Dv}));
+    o.attention_outputs = o.device_attention_outputs.to_host();
+  }
+  expect_clean_validation();
   return o;
 }
 

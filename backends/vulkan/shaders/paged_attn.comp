@@ -21,9 +21,11 @@ shared uint vrow_s[WG]; // element offset of each key's v row
 shared float alpha_s;
 
 void main() {
-  const uint item = gl_WorkGroupID.x + gl_WorkGroupID.z * pc.fold;
+  // The q heads of one task are adjacent workgroups (x): they read the same keys and values
+  // (GQA: the same kv head for a group), which then meet in the device's caches.
+  const uint item = gl_WorkGroupID.y + gl_WorkGroupID.z * pc.fold;
   if (item >= pc.num_items) return;  // the whole workgroup: no barrier is skipped by some only
-  const int h = int(gl_WorkGroupID.y), tid = int(gl_LocalInvocationID.x);
+  const int h = int(gl_WorkGroupID.x), tid = int(gl_LocalInvocationID.x);
   const ivec4 t = tasks[item];
   const int hk = h / pc.group;  // GQA: q head h reads kv head h / group
   const uint qbase = pc.q_off + uint(t.x) * pc.q_sn + uint(h) * pc.q_sh;

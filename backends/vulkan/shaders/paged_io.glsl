@@ -41,7 +41,7 @@ layout(push_constant) uniform PagedPush {
   uint k_off, k_sp, k_sr, k_sh;
   uint v_off, v_sp, v_sr, v_sh;
   uint num_items;  // tasks (paged_attn) or q rows (paged_merge)
-  uint fold;       // workgroups along x: item = gl_WorkGroupID.x + gl_WorkGroupID.z * fold
+  uint fold;       // workgroups along y: item = gl_WorkGroupID.y + gl_WorkGroupID.z * fold (x: q head)
 }
 pc;
 

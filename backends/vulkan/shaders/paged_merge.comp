@@ -14,9 +14,9 @@
 layout(local_size_x = WG) in;
 
 void main() {
-  const uint n = gl_WorkGroupID.x + gl_WorkGroupID.z * pc.fold;
+  const uint n = gl_WorkGroupID.y + gl_WorkGroupID.z * pc.fold;
   if (n >= pc.num_items) return;
-  const int h = int(gl_WorkGroupID.y), tid = int(gl_LocalInvocationID.x);
+  const int h = int(gl_WorkGroupID.x), tid = int(gl_LocalInvocationID.x);
   const ivec2 rt = row_tasks[n];
   const uint stride = uint(pc.Dv + 2);
   // Every invocation computes m and l itself (a row has few tasks): no shared memory, no barrier.
