@@ -226,9 +226,16 @@ BenchSpec bench_spec_from(const YAML::Node& root, const std::string& path) {
       } else if (key == "sgemm") {
         spec.sgemm = v.as<int>();
         if (spec.sgemm < 0) bad(path, v, key, "expected >= 0");
+      } else if (key == "serving") {
+        spec.serving = parse_serving_rows(v, path);
+      } else if (key == "read_bandwidth_mib") {
+        spec.read_bandwidth_mib = v.as<int>();
+        if (spec.read_bandwidth_mib < 1 || spec.read_bandwidth_mib > 65536)
+          bad(path, v, key, "expected 1..65536");
       } else {
         bad(path, kv.first, key,
-            "unknown key (expected ops, backends, shapes, dtypes, causal, passes, repeats, sgemm)");
+            "unknown key (expected ops, backends, shapes, dtypes, causal, passes, repeats, sgemm, serving, "
+            "read_bandwidth_mib)");
       }
     } catch (const YAML::Exception& e) {
       bad(path, v, key, std::string("wrong type (") + printable(e.what(), 200) + ")");

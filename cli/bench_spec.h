@@ -9,6 +9,8 @@
 //   passes: [forward, backward]                 # forward | backward | both (default forward)
 //   repeats: 3                                  # timed runs per row (the median is reported)
 //   sgemm: 1024                                 # size n of the n x n x n Eigen SGEMM row; 0 = none
+//   serving: [...]                              # paged serving rows (cli/bench_serving_spec.h)
+//   read_bandwidth_mib: 512                     # array the serving rows' read-bandwidth loop sums
 #pragma once
 
 #include <cstdint>
@@ -18,6 +20,7 @@
 
 #include "attnops/decision.h"
 #include "attnops/dtype.h"
+#include "cli/bench_serving_spec.h"
 
 namespace attnops::cli {
 
@@ -35,6 +38,8 @@ struct BenchSpec {
   std::vector<Pass> passes{Pass::forward};
   int repeats = 3;
   int sgemm = 1024;
+  std::vector<ServingRowSpec> serving;  // ragged batches over a paged cache (cli/bench_serving.h)
+  int read_bandwidth_mib = 512;         // the serving rows' yardstick (cli/read_bandwidth.h)
 };
 
 // "B,H,T,D[,Hkv]" with T = "Tq" or "Tq:Tk". Error(invalid_argument) naming the text otherwise.

@@ -37,6 +37,7 @@
 #include "attnops/attnops.h"
 #include "backends/common/block_map.h"
 #include "backends/common/block_map_impl.h"
+#include "cli/bench_serving.h"
 #include "cli/bench_spec.h"
 #include "cli/commands.h"
 #include "cli/decision_text.h"
@@ -56,7 +57,7 @@ constexpr const char* kFlopsNote =
     "ones (about half); backward rows count 2.5 times that";
 
 struct BenchArgs {
-  std::string file, ops, backends, shapes, dtypes, passes, config, csv, json, plot;
+  std::string file, ops, backends, shapes, dtypes, passes, config, csv, json, plot, serving_json;
   bool causal = false, no_causal = false, both = false, progress = false, no_progress = false;
   int repeats = 0, threads = 0, sgemm = -1;
 };
@@ -349,6 +350,8 @@ int bench(const BenchArgs& a) {
   for (const auto& b : spec.backends)  // reject typos before any timing
     if (b != "gpu_resident") parse_backend_list(b);
   if (!a.shapes.empty()) spec.shapes = parse_bench_shapes(a.shapes);
+  // A file of serving rows only (no dense shapes) runs just those (cli/bench_serving.h).
+  const bool serving_only = !spec.serving.empty() && spec.shapes.empty();
   if (spec.shapes.empty()) spec.shapes = {parse_bench_shape("1,8,512,64")};
   if (!a.dtypes.empty()) {
     spec.dtypes.clear();
@@ -372,14 +375,29 @@ int bench(const BenchArgs& a) {
   // The output files are reserved now (a bad path, or one file for two outputs, fails before
   // any timing) and appear only once all were written (output_set.h); gnuplot writes to the
   // plot's descriptor, never a path.
+  if (serving_only && (!a.csv.empty() || !a.json.empty() || !a.plot.empty()))
+    throw Error(ErrorCode::invalid_argument,
+                std::string(!a.csv.empty()    ? "--csv"
+                            : !a.json.empty() ? "--json"
+                                              : "--plot") +
+                    ": the bench has serving rows only (no dense rows to write); use --serving-json");
   OutputSet outs;
   const int csv_file = a.csv.empty() ? -1 : outs.add(a.csv, "--csv");
   const int json_file = a.json.empty() ? -1 : outs.add(a.json, "--json");
   const int plot_file = a.plot.empty() ? -1 : outs.add(a.plot, "--plot");
+  const int serving_json_file = a.serving_json.empty() ? -1 : outs.add(a.serving_json, "--serving-json");
 
   const Config config = load_optional_config(a.config);
   Overrides threads;
   if (a.threads > 0) threads.num_threads = a.threads;
+  const bool show = a.no_progress ? false : (a.progress || ProgressBar::stderr_is_tty());
+  if (serving_only) {
+    const std::string json =
+        run_serving_bench(spec, config, a.threads, std::cout, serving_json_file >= 0, show);
+    if (serving_json_file >= 0) outs.write(serving_json_file, json);
+    outs.commit();
+    return std::cout ? 0 : 2;
+  }
 
   std::vector<Row> rows;
   for (const auto& op : spec.ops)
@@ -398,7 +416,6 @@ int bench(const BenchArgs& a) {
               rows.push_back(std::move(r));
             }
 
-  const bool show = a.no_progress ? false : (a.progress || ProgressBar::stderr_is_tty());
   ProgressBar bar(rows.size() + (spec.sgemm > 0 ? 1 : 0), show);
   std::size_t done = 0;
   SgemmResult sgemm;
@@ -427,6 +444,11 @@ int bench(const BenchArgs& a) {
   if (plot_file >= 0)
     plot_rows(a.plot, outs.fd(plot_file), rows, sgemm, spec.causal.size() > 1, spec.dtypes.size() > 1,
               spec.passes.size() > 1);
+  if (!spec.serving.empty()) {
+    const std::string json =
+        run_serving_bench(spec, config, a.threads, std::cout, serving_json_file >= 0, show);
+    if (serving_json_file >= 0) outs.write(serving_json_file, json);
+  }
   outs.commit();
   return std::cout ? 0 : 2;
 }
@@ -458,6 +480,8 @@ Command add_bench_command(CLI::App& root) {
   app->add_option("--csv", a->csv, "Also write the rows as CSV");
   app->add_option("--json", a->json, "Also write the rows as JSON");
   app->add_option("--plot", a->plot, "Also plot GFLOP/s per shape (FILE.png or FILE.svg, needs gnuplot)");
+  app->add_option("--serving-json", a->serving_json,
+                  "Also write the serving rows (bench file key serving) as JSON");
   auto* p =
       app->add_flag("--progress", a->progress, "Draw the progress bar even when stderr is not a terminal");
   app->add_flag("--no-progress", a->no_progress, "Never draw the progress bar")->excludes(p);

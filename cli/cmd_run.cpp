@@ -6,6 +6,8 @@
 //     [--segment-ids-q SQ.npy --segment-ids-kv SKV.npy] [--dtype f32|f16|bf16]
 //     [--lse-out L.npy] [--weights-out W.npy] [--threads N] [--explain] [--profile]
 //     [--dout G.npy --dq-out DQ.npy --dk-out DK.npy --dv-out DV.npy [--dsinks-out] [--dbias-out]]
+//   attnops run --op ragged_paged --q Q.npy --k-pages KP.npy --v-pages VP.npy --page-table PT.npy
+//     --cu-seqlens-q CU.npy --kv-lens KL.npy --out O.npy [--lse-out L.npy] ... (run_paged.h)
 //
 // --explain prints the DispatchDecision as one JSON object, the last line on stderr; with
 // --dout (the backward, see run_backward.h) the backward's decision follows on its own line.
@@ -20,6 +22,7 @@
 #include "cli/npy.h"
 #include "cli/output_set.h"
 #include "cli/run_backward.h"
+#include "cli/run_paged.h"
 #include "cli/settings.h"
 
 namespace attnops::cli {
@@ -34,6 +37,7 @@ struct RunArgs {
   int threads = 0;
   CLI::Option *scale_opt = nullptr, *soft_cap_opt = nullptr, *chunk_opt = nullptr, *threads_opt = nullptr;
   BackwardArgs backward;
+  PagedArgs paged;  // --k-pages ...: a paged run (run_paged.h)
 };
 
 Window parse_window(const std::string& text) {
@@ -43,7 +47,42 @@ Window parse_window(const std::string& text) {
   return Window{parse_integer(parts[0], "--window left"), parse_integer(parts[1], "--window right")};
 }
 
+// The paged run's settings: the same overrides and mask options as a dense run.
+PagedRun paged_run(const RunArgs& a, Config config) {
+  PagedRun r;
+  r.config = std::move(config);
+  r.op = a.op, r.q = a.q, r.out = a.out, r.lse_out = a.lse_out, r.sinks = a.sinks, r.explain = a.explain;
+  if (!a.dtype.empty()) r.dtype = parse_dtype(a.dtype);
+  r.options.causal = !a.no_causal;
+  if (!a.window.empty()) r.options.sliding_window = parse_window(a.window);
+  if (a.chunk_opt->count()) r.options.chunk_size = a.chunk;
+  if (a.soft_cap_opt->count()) r.options.logits_soft_cap = a.soft_cap;
+  const std::pair<bool, const char*> dense_only[] = {{!a.k.empty(), "--k"},
+                                                     {!a.v.empty(), "--v"},
+                                                     {!a.bias.empty(), "--bias"},
+                                                     {!a.seg_q.empty(), "--segment-ids-q"},
+                                                     {!a.weights_out.empty(), "--weights-out"},
+                                                     {a.backward.requested(), "--dout"}};
+  for (const auto& [given, flag] : dense_only)
+    if (given) r.dense_only.push_back(flag);
+  return r;
+}
+
 int run(const RunArgs& a) {
+  if (a.paged.requested()) {
+    Overrides o;
+    if (!a.backend.empty()) o.backends = parse_backend_list(a.backend);
+    if (a.scale_opt->count()) o.softmax_scale = a.scale;
+    if (a.threads_opt->count()) o.num_threads = a.threads;
+    Config config = load_optional_config(a.config);
+    apply_overrides(config, o);  // (--dtype converts the inputs: a paged call runs in the cache's dtype)
+    return run_paged(a.paged, paged_run(a, std::move(config)));
+  }
+  if (a.k.empty() || a.v.empty())
+    throw Error(ErrorCode::invalid_argument,
+                std::string(a.k.empty() ? "--k" : "--v") +
+                    " is required (or, for --op ragged_paged, the paged inputs --k-pages, --v-pages, "
+                    "--page-table, --cu-seqlens-q, --kv-lens)");
   check_backward_args(a.backward, !a.sinks.empty(), !a.bias.empty(), {a.out, a.lse_out, a.weights_out});
   Overrides o;
   if (!a.backend.empty()) o.backends = parse_backend_list(a.backend);
@@ -109,11 +148,13 @@ int run(const RunArgs& a) {
 Command add_run_command(CLI::App& root) {
   auto a = std::make_shared<RunArgs>();
   CLI::App* app = root.add_subcommand("run", "Run one attention call on .npy inputs (layout BTHD)");
-  app->add_option("--op", a->op, "Operator name or alias (vanilla, blocksparse/splash, flash_attn2/flash)")
+  app->add_option(
+         "--op", a->op,
+         "Operator name or alias (vanilla, blocksparse/splash, flash_attn2/flash, ragged_paged/paged)")
       ->required();
-  app->add_option("--q", a->q, "Queries [B, Tq, Hq, D] (.npy)")->required();
-  app->add_option("--k", a->k, "Keys [B, Tk, Hkv, D] (.npy)")->required();
-  app->add_option("--v", a->v, "Values [B, Tk, Hkv, Dv] (.npy)")->required();
+  app->add_option("--q", a->q, "Queries [B, Tq, Hq, D] (.npy); [N, Hq, D] for a paged run")->required();
+  app->add_option("--k", a->k, "Keys [B, Tk, Hkv, D] (.npy); required unless the run is paged");
+  app->add_option("--v", a->v, "Values [B, Tk, Hkv, Dv] (.npy); required unless the run is paged");
   app->add_option("--out", a->out, "Output [B, Tq, Hq, Dv] (.npy, written)")->required();
   app->add_option("--config", a->config, "YAML configuration; explicit flags override it");
   app->add_option("--backend", a->backend, "Backend to try first")
@@ -142,6 +183,7 @@ Command add_run_command(CLI::App& root) {
                 "forward's, then the backward's)");
   app->add_flag("--profile", a->profile, "Time the call (GPU timestamps around upload, kernels, download)");
   add_backward_options(app, a->backward);
+  add_paged_options(app, a->paged);
   return {app, [a] { return run(*a); }};
 }
 

@@ -110,6 +110,7 @@ std::string DispatchDecision::to_json() const {
     os << ", \"kernel_detail\": ";
     json_string(os, run.kernel_detail);
   }
+  if (run.batch_invariant) os << ", \"batch_invariant\": true";
   if (!run.inputs.empty()) {
     os << ", \"inputs\": ";
     json_string(os, run.inputs);

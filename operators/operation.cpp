@@ -65,4 +65,40 @@ AttentionGradients OperationImpl::backward(Backend backend, const BackwardProble
   throw Error(ErrorCode::internal, "unknown backend");
 }
 
+std::optional<Reason> OperationImpl::check_paged_inputs(Backend, const PagedProblem&) const {
+  return std::nullopt;
+}
+
+AttentionOutput OperationImpl::paged_native(const PagedProblem&) {
+  throw Error(ErrorCode::not_implemented, name() + ": paged_native is not implemented");
+}
+
+AttentionOutput OperationImpl::paged_cpu(const PagedProblem&) {
+  throw Error(ErrorCode::not_implemented, name() + ": paged_cpu is not implemented");
+}
+
+AttentionOutput OperationImpl::paged_gpu(const PagedProblem&) {
+  throw Error(ErrorCode::not_implemented, name() + ": paged_gpu is not implemented");
+}
+
+AttentionOutput OperationImpl::paged_tpu(const PagedProblem&) {
+  throw Error(
+      ErrorCode::backend_unavailable,
+      name() + ": paged_tpu: no TPU runtime exists in this build (attnops has no PJRT/libtpu backend)");
+}
+
+AttentionOutput OperationImpl::paged(Backend backend, const PagedProblem& p) {
+  switch (backend) {
+    case Backend::native:
+      return paged_native(p);
+    case Backend::cpu:
+      return paged_cpu(p);
+    case Backend::gpu:
+      return paged_gpu(p);
+    case Backend::tpu:
+      return paged_tpu(p);
+  }
+  throw Error(ErrorCode::internal, "unknown backend");
+}
+
 }  // namespace attnops

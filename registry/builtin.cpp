@@ -3,6 +3,7 @@
 #include "attnops/registry.h"
 #include "operators/blocksparse.h"
 #include "operators/flash_attn2.h"
+#include "operators/ragged_paged.h"
 #include "operators/vanilla.h"
 
 namespace attnops {
@@ -19,6 +20,7 @@ void register_builtin_operators(Registry& r) {
   r.add(entry_for<VanillaAttn>("vanilla", {}));
   r.add(entry_for<BlockSparseAttn>("blocksparse", {"splash"}));
   r.add(entry_for<FlashAttn2>("flash_attn2", {"flash"}));
+  r.add(entry_for<RaggedPagedAttn>("ragged_paged", {"paged"}));
 }
 
 Registry& registry() {

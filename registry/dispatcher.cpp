@@ -10,6 +10,7 @@
 
 #include "attnops/cost.h"
 #include "attnops/error.h"
+#include "attnops/paged_problem.h"
 #include "backends/common/block_map_impl.h"
 #include "core/printable.h"
 #include "operators/gates.h"
@@ -89,6 +90,15 @@ std::optional<Reason> check_backward_backend(const OperationImpl& op, Backend b,
   if (!op.implements_backward(b))
     return Reason{ReasonCode::not_implemented, bn + ": " + op.name() + " has no backward_" + bn};
   return prefixed(op.check_backward_inputs(b, p), b);
+}
+
+std::optional<Reason> check_paged_backend(const OperationImpl& op, Backend b, const PagedProblem& p,
+                                          const Host& host) {
+  if (auto r = check_host(op, b, host)) return r;
+  const std::string bn(backend_name(b));
+  if (!op.implements_paged(b))
+    return Reason{ReasonCode::not_implemented, bn + ": " + op.name() + " has no paged_" + bn};
+  return prefixed(op.check_paged_inputs(b, p), b);
 }
 
 namespace {
@@ -339,6 +349,59 @@ AttentionGradients dispatch_backward(OperationImpl& requested, OperationImpl& va
       op, candidates, d, flags, check, [&](Backend b) { return op.backward(b, p); }, /*execute=*/true);
   g.decision.run.bytes_copied = owned_bytes(p.owned) + owned_bytes(p.fwd.owned);
   return g;
+}
+
+AttentionOutput dispatch_paged(OperationImpl& op, const Host& host, const TensorView& q,
+                               const PagedKVCache& cache, const PagedPlan& plan,
+                               const PagedAttentionOptions& options, const RuntimeFlags& flags,
+                               bool execute) {
+  bool serves = false;
+  for (Backend b : {Backend::native, Backend::cpu, Backend::gpu, Backend::tpu})
+    serves = serves || op.implements_paged(b);
+  if (!serves)
+    throw Error(ErrorCode::not_implemented,
+                "'" + op.name() +
+                    "' does not serve paged batches: use the ragged_paged operator "
+                    "(registry().get(\"ragged_paged\"), alias \"paged\")");
+  const PagedProblem p = make_paged_problem(q, cache, plan, options, op.metadata());
+  DispatchDecision d;
+  d.requested = op.name();
+  d.op = op.name();
+
+  // Device-resident inputs: only the gpu reads them; anything else is an error, never a copy.
+  const bool device_inputs = p.on_device();
+  std::vector<Backend> candidates;
+  if (device_inputs) {
+    const std::string which = cache.on_device() ? "the cache (k_pages, v_pages)" : "q";
+    const auto& md = op.metadata();
+    if (flags.force_native)
+      throw Error(ErrorCode::invalid_argument,
+                  which +
+                      " is device-resident and ATTNOPS_FORCE_NATIVE=1 asks for the "
+                      "native backend, which reads host memory only");
+    if (!md.backends.empty() && md.backends.front() != Backend::gpu)
+      throw Error(ErrorCode::invalid_argument,
+                  which + " is device-resident and the backend asked for is " +
+                      std::string(backend_name(md.backends.front())) +
+                      ", which reads host memory only: use the gpu backend or a host "
+                      "cache");
+    if (auto r = check_paged_backend(op, Backend::gpu, p, host)) {
+      d.reasons.push_back(*r);
+      log(flags, d);
+      throw Error(
+          r->code == ReasonCode::not_implemented ? ErrorCode::not_implemented
+                                                 : ErrorCode::backend_unavailable,
+          which + " is device-resident, so only the gpu backend can read it, and it cannot run this call (" +
+              std::string(reason_code_name(r->code)) + ": " + r->detail +
+              "); keep the cache on the host (PagedKVCache::host) for the native and cpu backends");
+    }
+    candidates = {Backend::gpu};
+  } else {
+    candidates = candidates_for(op, flags, d);
+  }
+  const auto check = [&](Backend b) { return check_paged_backend(op, b, p, host); };
+  return first_candidate<AttentionOutput>(
+      op, candidates, d, flags, check, [&](Backend b) { return op.paged(b, p); }, execute);
 }
 
 }  // namespace attnops

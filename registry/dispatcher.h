@@ -12,6 +12,7 @@
 //  4. A runtime GPU failure (Error gpu_error) is recorded as gpu_error and the next candidate runs.
 // The decision travels with the output; ATTNOPS_LOG=dispatch prints it as one line to stderr.
 //
+// Paged calls (dispatch_paged) take steps 1, 3 and 4 on make_paged_problem's problem.
 // The backward (dispatch_backward) takes the same steps on make_backward_problem's problem:
 // the same fallbacks pick the same operator the forward ran, then the candidates pass the same
 // gates with implements_backward and check_backward_inputs in place of the forward's.
@@ -23,6 +24,7 @@
 #include "attnops/host.h"
 #include "attnops/operation.h"
 #include "attnops/options.h"
+#include "attnops/paged.h"
 
 namespace attnops {
 
@@ -47,6 +49,19 @@ std::optional<Reason> check_backward_backend(const OperationImpl& op, Backend b,
 AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const Host& host, const TensorView& q,
                          const TensorView& k, const TensorView& v, const AttentionOptions& options,
                          const RuntimeFlags& flags, bool execute);
+
+// Why `op` cannot run paged problem `p` on backend `b` of `host`, or nullopt.
+std::optional<Reason> check_paged_backend(const OperationImpl& op, Backend b, const PagedProblem& p,
+                                          const Host& host);
+
+// Plans (execute = false: decision only) or runs one paged call (paged.h). No operator fallbacks
+// apply; the candidates pass the forward's gates with implements_paged and check_paged_inputs.
+// A device-resident cache (or q) runs on the gpu only: asking for another backend, forcing
+// native, or a gpu that cannot run it is an Error naming the argument. No cost rule yet (no
+// backend both reads host memory and runs paged calls on the gpu).
+AttentionOutput dispatch_paged(OperationImpl& op, const Host& host, const TensorView& q,
+                               const PagedKVCache& cache, const PagedPlan& plan,
+                               const PagedAttentionOptions& options, const RuntimeFlags& flags, bool execute);
 
 // Runs the backward of one call.
 AttentionGradients dispatch_backward(OperationImpl& requested, OperationImpl& vanilla, const Host& host,

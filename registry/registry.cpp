@@ -35,6 +35,25 @@ AttentionGradients Attention::backward(const TensorView& q, const TensorView& k,
   return backward(q, k, v, forward.attention_outputs, *forward.lse, dout, options);
 }
 
+AttentionOutput Attention::paged(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan,
+                                 const PagedAttentionOptions& options) const {
+  return dispatch_paged(*op_, *host_, q, cache, plan, options, RuntimeFlags::from_env(), /*execute=*/true);
+}
+
+AttentionOutput Attention::paged(const TensorView& q, const PagedKVCache& cache, const RaggedBatch& batch,
+                                 const PagedAttentionOptions& options) const {
+  if (q.rank() != 3)
+    throw Error(ErrorCode::shape_mismatch, "q: expected rank 3 [N, Hq, D], got " +
+                                               (q.empty() ? std::string("none") : shape_string(q.shape())));
+  return paged(q, cache, plan_paged(batch, cache.spec(), q.dim(0), q.dim(1), options), options);
+}
+
+DispatchDecision Attention::explain_paged(const TensorView& q, const PagedKVCache& cache,
+                                          const PagedPlan& plan, const PagedAttentionOptions& options) const {
+  return dispatch_paged(*op_, *host_, q, cache, plan, options, RuntimeFlags::from_env(), /*execute=*/false)
+      .decision;
+}
+
 Registry::Registry(std::shared_ptr<const Host> host) : host_(host ? std::move(host) : system_host()) {}
 
 Registry::EntryPtr Registry::find(std::string_view name) const {

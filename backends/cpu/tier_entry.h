@@ -19,6 +19,8 @@ struct VanillaPlan;
 namespace attnops {
 struct BackwardProblem;
 struct GradientBuffers;
+struct PagedProblem;
+struct PagedBuffers;
 }  // namespace attnops
 
 namespace attnops::cpu::ATTNOPS_TIER_NS {
@@ -29,5 +31,11 @@ const char* vanilla_general_forward(const AttentionProblem& p, AttentionBuffers&
 const char* vanilla_decode_forward(const AttentionProblem& p, AttentionBuffers& buffers, int threads,
                                    std::int64_t splits);
 const char* tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads);
+void* paged_stream_begin(const PagedProblem& p, PagedBuffers& buffers, int threads, const std::int32_t* items,
+                         std::int64_t n_items, bool guard);
+void paged_stream_item(void* job, int thread, std::int64_t k);
+std::int64_t paged_stream_merges(const void* job);
+void paged_stream_merge(void* job, int thread, std::int64_t m);
+void paged_stream_end(void* job);
 
 }  // namespace attnops::cpu::ATTNOPS_TIER_NS

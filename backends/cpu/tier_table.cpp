@@ -7,8 +7,16 @@
 namespace attnops::cpu::ATTNOPS_TIER_NS {
 
 const TierKernels& tier_kernels() {
-  static constexpr TierKernels kTable{static_cast<Isa>(ATTNOPS_TIER_LEVEL), &tiled_forward,
-                                      &vanilla_general_forward, &vanilla_decode_forward, &tiled_backward};
+  static constexpr TierKernels kTable{static_cast<Isa>(ATTNOPS_TIER_LEVEL),
+                                      &tiled_forward,
+                                      &vanilla_general_forward,
+                                      &vanilla_decode_forward,
+                                      &tiled_backward,
+                                      &paged_stream_begin,
+                                      &paged_stream_item,
+                                      &paged_stream_merges,
+                                      &paged_stream_merge,
+                                      &paged_stream_end};
   return kTable;
 }
 

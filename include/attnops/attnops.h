@@ -14,6 +14,7 @@
 #include "attnops/metadata.h"
 #include "attnops/operation.h"
 #include "attnops/options.h"
+#include "attnops/paged.h"
 #include "attnops/problem.h"
 #include "attnops/registry.h"
 #include "attnops/tensor.h"

@@ -78,6 +78,9 @@ struct RunInfo {
   // f32): 0 when every input was used in place. Set by the dispatcher, for plan() too.
   std::uint64_t bytes_copied = 0;
   std::optional<RunTimings> timings;  // when profiling
+  // Paged calls (paged.h): each sequence's result is bitwise the same alone or inside any batch,
+  // at any thread count (a fixed split of its keys, merged in a fixed order; kernel_detail says how).
+  bool batch_invariant = false;
   bool operator==(const RunInfo&) const = default;
 };
 
@@ -107,8 +110,9 @@ struct DispatchDecision {
   bool fell_back() const { return op != requested; }
   // {"requested": "...", "operator": "...", "backend": "...", "reasons": [{"code","detail"}]}
   // plus "kernel" and "kernel_detail" when the backend reported them, "inputs", "output",
-  // "bytes_to_device", "bytes_to_host" when reported, "bytes_copied" when not 0, "timings" when
-  // profiled, "cost" when the cost rule ran, and "pass": "backward" for a backward decision.
+  // "bytes_to_device", "bytes_to_host" when reported, "bytes_copied" when not 0,
+  // "batch_invariant": true for paged calls that guarantee it, "timings" when profiled, "cost"
+  // when the cost rule ran, and "pass": "backward" for a backward decision.
   std::string to_json() const;
   // One line, oneDNN-verbose style ("dispatch_backward" instead of "dispatch" for a backward):
   // "attnops,dispatch,blocksparse->vanilla,cpu,decode:q_len=1;backend_unavailable:gpu: ..."

@@ -11,6 +11,11 @@
 // candidates, backward_native is the fp64 oracle, backward_cpu / backward_gpu / backward_tpu are
 // optional (defaults: not_implemented, and backend_unavailable for tpu). An operator without
 // backward_* overrides is forward-only: the dispatcher rejects every backend for its backward.
+//
+// Paged calls (a ragged batch over a paged KV cache, paged.h) have their own family the same
+// way: implements_paged / check_paged_inputs gate the candidates, paged_native / paged_cpu /
+// paged_gpu / paged_tpu run them (defaults: not_implemented, backend_unavailable for tpu). Only
+// operators that serve paged batches (ragged_paged) override them.
 #pragma once
 
 #include <memory>
@@ -25,6 +30,8 @@
 #include "attnops/problem.h"
 
 namespace attnops {
+
+struct PagedProblem;
 
 class OperationImpl {
  public:
@@ -59,6 +66,15 @@ class OperationImpl {
   virtual AttentionGradients backward_gpu(const BackwardProblem& p);
   virtual AttentionGradients backward_tpu(const BackwardProblem& p);
   AttentionGradients backward(Backend backend, const BackwardProblem& p);
+
+  // Paged: one call over a ragged batch and a paged KV cache (paged.h, paged_problem.h).
+  virtual bool implements_paged(Backend) const { return false; }
+  virtual std::optional<Reason> check_paged_inputs(Backend backend, const PagedProblem& p) const;
+  virtual AttentionOutput paged_native(const PagedProblem& p);
+  virtual AttentionOutput paged_cpu(const PagedProblem& p);
+  virtual AttentionOutput paged_gpu(const PagedProblem& p);
+  virtual AttentionOutput paged_tpu(const PagedProblem& p);
+  AttentionOutput paged(Backend backend, const PagedProblem& p);
 
  private:
   OperationMetadata metadata_;

@@ -22,6 +22,7 @@
 #include "attnops/host.h"
 #include "attnops/operation.h"
 #include "attnops/options.h"
+#include "attnops/paged.h"
 
 namespace attnops {
 
@@ -60,6 +61,19 @@ class Attention {
                               const AttentionOutput& forward, const TensorView& dout,
                               const AttentionOptions& options = {}) const;
 
+  // Paged calls (paged.h; operator ragged_paged, alias paged): q [N, Hq, D] over the cache, with
+  // the batch planned once per step (plan_paged) and the plan reused by every layer. out [N, Hq,
+  // Dv], lse [N, Hq] when asked for, the decision as for dense calls. No operator fallbacks; an
+  // operator that does not serve paged batches is Error(not_implemented).
+  AttentionOutput paged(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan,
+                        const PagedAttentionOptions& options = {}) const;
+  // Plans the batch (plan_paged) and runs it: for one-off calls; a model step plans once.
+  AttentionOutput paged(const TensorView& q, const PagedKVCache& cache, const RaggedBatch& batch,
+                        const PagedAttentionOptions& options = {}) const;
+  // The decision a paged call would get, without running it.
+  DispatchDecision explain_paged(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan,
+                                 const PagedAttentionOptions& options = {}) const;
+
   const std::string& name() const { return requested_; }
   const OperationImpl& op() const { return *op_; }
   const OperationImpl& fallback() const { return *vanilla_; }
@@ -75,7 +89,7 @@ class Attention {
 class Registry {
  public:
   // host: capabilities to dispatch against; nullptr = system_host(). The registry starts
-  // empty; register_builtin_operators() adds vanilla, blocksparse and flash_attn2.
+  // empty; register_builtin_operators() adds vanilla, blocksparse, flash_attn2 and ragged_paged.
   explicit Registry(std::shared_ptr<const Host> host = nullptr);
 
   // Registers (or replaces, by canonical name) an operator. Aliases must not collide with
@@ -103,7 +117,8 @@ class Registry {
   std::vector<EntryPtr> entries_;
 };
 
-// vanilla, blocksparse (alias splash), flash_attn2 (alias flash): the explicit list.
+// vanilla, blocksparse (alias splash), flash_attn2 (alias flash), ragged_paged (alias paged): the
+// explicit list.
 void register_builtin_operators(Registry& r);
 
 // The process-wide registry with the built-in operators and the system host.

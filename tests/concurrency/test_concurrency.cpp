@@ -11,6 +11,7 @@
 // thread-safety checks report a Vulkan object used from two threads without synchronisation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -97,6 +98,16 @@ std::vector<Job> make_jobs() {
         j.md.backends = {b};
         j.md.gpu = software_gpu();
         j.shared = registry().get(op, j.md);
+        // Only what the operator runs on this backend: ragged_paged has no gpu kernel yet and its
+        // cpu kernel no ragged form of bias or segment ids (reasons not_implemented and
+        // unsupported_feature for this backend; the dispatcher would move such a call on).
+        const DispatchDecision d = j.shared.plan(j.c.q, j.c.k, j.c.v, j.c.options);
+        const std::string prefix = std::string(backend_name(b)) + ":";
+        const bool cannot = std::any_of(d.reasons.begin(), d.reasons.end(), [&](const Reason& r) {
+          return (r.code == ReasonCode::not_implemented || r.code == ReasonCode::unsupported_feature) &&
+                 r.detail.rfind(prefix, 0) == 0;
+        });
+        if (d.backend != b && cannot) continue;
         jobs.push_back(std::move(j));
       }
   return jobs;
@@ -193,6 +204,7 @@ TEST(Concurrency, HandlesFetchedPerCallGiveTheSerialResults) {
 TEST(Concurrency, RegistryAddRacesGet) {
   Registry r;
   register_builtin_operators(r);
+  const std::size_t builtin = r.list().size();
   const OperationEntry vanilla = r.entry("vanilla");
   std::atomic<bool> done{false};
   std::atomic<int> gets{0};
@@ -223,7 +235,7 @@ TEST(Concurrency, RegistryAddRacesGet) {
   for (auto& th : readers) th.join();
   for (const std::string& e : f.errors) ADD_FAILURE() << e;
   EXPECT_GT(gets.load(), 0);
-  EXPECT_EQ(r.list().size(), 203u);
+  EXPECT_EQ(r.list().size(), builtin + 200);
   EXPECT_EQ(r.canonical("extra_alias_199"), "extra_199");
   EXPECT_EQ(r.get("extra_57").name(), "extra_57");
 }

@@ -499,8 +499,11 @@ TEST_F(Routing, ConcurrentCallsShareOneHandle) {
   for (auto& t : ts) t.join();
 }
 
-TEST(RoutingDefaults, BuiltinRegistryHasTheThreeOperators) {
-  EXPECT_EQ(registry().list(), (std::vector<std::string>{"blocksparse", "flash_attn2", "vanilla"}));
+TEST(RoutingDefaults, BuiltinRegistryHasTheFourOperators) {
+  EXPECT_EQ(registry().list(),
+            (std::vector<std::string>{"blocksparse", "flash_attn2", "ragged_paged", "vanilla"}));
+  EXPECT_EQ(registry().canonical("paged"), "ragged_paged");
+  EXPECT_EQ(registry().entry("ragged_paged").defaults.fallbacks, FallbackPolicy{});
   EXPECT_EQ(registry().canonical("splash"), "blocksparse");
   const FallbackPolicy bs = registry().entry("blocksparse").defaults.fallbacks;
   EXPECT_TRUE(bs.decode && bs.non_causal && bs.seq_multiple);

@@ -1,0 +1,32 @@
+// One sequence of a paged call as a dense problem (baseline code, shared by the native backend's
+// oracle and the cpu backend's tile items): its keys gathered from the pages into contiguous
+// k [1, T, Hkv, D] / v [1, T, Hkv, Dv] host tensors, its q rows as a view [1, q_len, Hq, D], and
+// the dense call's options and metadata that give exactly the paged semantics.
+#pragma once
+
+#include <cstdint>
+
+#include "attnops/options.h"
+#include "attnops/paged_problem.h"
+#include "attnops/problem.h"
+
+namespace attnops::paged {
+
+struct DenseSequence {
+  Tensor k, v;                 // keys [first, kv_len) of the sequence, contiguous
+  TensorView q;                // [1, q_len, Hq, D], a view of the call's q
+  std::int64_t first = 0;      // the first key gathered (0, or a lower bound of what the rows see)
+  AttentionOptions options;    // causal / window / chunk / soft cap / sinks / lse as the paged call
+  OperationMetadata metadata;  // softmax_scale and num_threads of the paged call
+};
+
+// Sequence s with keys [first, kv_len) (first = 0 for the exact oracle; a tile item may start at
+// the lowest key any of its rows sees, rounded down to a chunk boundary, which leaves every
+// relative position and chunk unchanged). Host pools only.
+DenseSequence dense_sequence(const PagedProblem& p, std::int64_t s, std::int64_t first = 0);
+
+// The dense call's outputs (out [1, q_len, Hq, Dv], lse [1, Hq, q_len]) copied into the paged
+// buffers' rows of sequence s (out [N, Hq, Dv], lse [N, Hq]).
+void scatter_outputs(const PagedProblem& p, std::int64_t s, const AttentionBuffers& dense, PagedBuffers& out);
+
+}  // namespace attnops::paged

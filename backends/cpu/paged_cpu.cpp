@@ -1,0 +1,199 @@
+// The cpu backend's paged entry point (baseline code); see paged_cpu.h.
+#include "backends/cpu/paged_cpu.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <new>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "attnops/error.h"
+#include "backends/common/block_map_impl.h"
+#include "backends/common/paged_gather.h"
+#include "backends/common/parallel_errors.h"
+#include "backends/common/threads.h"
+#include "backends/cpu/tier_kernels.h"
+#include "backends/cpu/tiled_cpu.h"
+
+namespace attnops::cpu {
+
+namespace {
+
+using i64 = std::int64_t;
+
+// The chosen tier, or `forced` when given (it must be one this CPU runs); as cpu_dispatch.cpp.
+IsaChoice choice_for(std::optional<Isa> forced) {
+  if (!forced) return choose_isa();
+  IsaChoice c = choose_isa_capped(*forced);
+  if (c.tier != *forced || !isa_compiled(*forced))
+    throw Error(ErrorCode::backend_unavailable, "cpu tier " + std::string(isa_name(*forced)) +
+                                                    " requested, but this CPU and build run at most " +
+                                                    std::string(isa_name(c.detected)) + " (" + c.detail +
+                                                    ")");
+  c.detail += "; tier " + std::string(isa_name(*forced)) + " forced by the caller";
+  return c;
+}
+
+// Whether sequence s's output rows are all finite.
+bool rows_finite(const PagedProblem& p, const PagedBuffers& b, i64 s) {
+  const PagedPlan::Data& d = *p.batch;
+  const auto si = static_cast<std::size_t>(s);
+  const i64 es = static_cast<i64>(dtype_size(p.dtype));
+  const TensorView rows(static_cast<const char*>(b.out.data()) + d.q_begin[si] * p.Hq * p.Dv * es, p.dtype,
+                        {d.q_len[si], p.Hq, p.Dv});
+  return all_finite(rows);
+}
+
+// Whether the values of keys [lo, hi) of sequence s are all finite (one view per page run).
+bool values_finite(const PagedProblem& p, i64 s, i64 lo, i64 hi) {
+  const PagedPlan::Data& d = *p.batch;
+  const std::int32_t* pages = d.page_ids.data() + d.page_begin[static_cast<std::size_t>(s)];
+  const i64 es = static_cast<i64>(dtype_size(p.dtype)), ps = p.page_size;
+  for (i64 j = lo; j < hi;) {
+    const i64 r = j % ps, n = std::min(ps - r, hi - j);
+    const TensorView run(static_cast<const char*>(p.v_pages.data()) + p.v_offset(pages[j / ps], r, 0) * es,
+                         p.dtype, {n, p.Hkv, p.Dv}, {p.v_pages.stride(1), p.v_pages.stride(2), 1});
+    if (!all_finite(run)) return false;
+    j += n;
+  }
+  return true;
+}
+
+// One tile item on `threads` threads: the sequence's keys gathered, the tiled kernel on them (and
+// its guarded re-run when the output came out non-finite and the values hold NaN / inf), the rows
+// scattered back. The tiled kernel's result does not depend on its thread count.
+void run_tile(const PagedProblem& p, const PagedWorkItem& it, PagedBuffers& buffers, Isa tier, int threads) {
+  // Every key from the lowest one a row sees (rounded down to a chunk start, so chunks stay
+  // aligned) to kv_len: bottom-right alignment keeps every query's position relative to its keys.
+  const i64 first = p.batch->chunk ? it.kv_begin / *p.batch->chunk * *p.batch->chunk : it.kv_begin;
+  paged::DenseSequence x = paged::dense_sequence(p, it.seq, first);
+  x.metadata.num_threads = threads;
+  AttentionProblem dp = make_problem(x.q, x.k, x.v, x.options, x.metadata);
+  const auto map = get_block_map(dp.mask, dp.Hq, dp.Tq, dp.Tk, dp.blocksize_q, dp.blocksize_k);
+  AttentionBuffers ab = allocate_buffers(dp);
+  tiled_attention(dp, *map, ab, tier);
+  if (!all_finite(ab.out) && !all_finite(x.v)) {
+    dp.guard_nonfinite_v = true;
+    ab = allocate_buffers(dp);
+    tiled_attention(dp, *map, ab, tier);
+  }
+  paged::scatter_outputs(p, it.seq, ab, buffers);
+}
+
+// A tile item this small (query x key pairs, all q heads) runs on one thread, next to the other
+// small ones and the stream items, instead of in a parallel region of its own.
+constexpr double kSmallTilePairs = double{1 << 22};
+
+// The one parallel loop of the paged cpu path (issue 21 moves it onto its scheduler): fn(thread,
+// task) for task < n, dynamically, on at most `threads` threads (thread < threads). Exceptions
+// never leave the OpenMP region: the first is rethrown after it (parallel_errors.h).
+template <class Fn>
+void for_each_task(int threads, i64 n, Fn&& fn) {
+  if (n <= 0) return;
+  const int nt = static_cast<int>(std::clamp<i64>(n, 1, threads));
+  if (nt == 1) {
+    for (i64 i = 0; i < n; ++i) fn(0, i);
+    return;
+  }
+  ParallelErrors errors;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+  for (i64 i = 0; i < n; ++i) {
+    if (errors.any()) continue;
+    try {
+      fn(omp_get_thread_num(), i);
+    } catch (...) {
+      errors.capture();
+    }
+  }
+  errors.rethrow("cpu paged_attention");
+}
+
+// The stream items `items` (whole sequences, in plan order) with the small tile items `tiles`
+// beside them, then the merges.
+void run_stream_and_small_tiles(const PagedProblem& p, PagedBuffers& buffers, const TierKernels& k, Isa tier,
+                                int threads, const std::vector<std::int32_t>& items, bool guard,
+                                const std::vector<std::int32_t>& tiles) {
+  const i64 n = static_cast<i64>(items.size()), nt = static_cast<i64>(tiles.size());
+  if (n + nt == 0) return;
+  void* job = n > 0 ? k.paged_stream_begin(p, buffers, threads, items.data(), n, guard) : nullptr;
+  struct End {
+    const TierKernels& k;
+    void* job;
+    ~End() {
+      if (job) k.paged_stream_end(job);
+    }
+  } end{k, job};
+  const std::vector<PagedWorkItem>& work = p.batch->work;
+  for_each_task(threads, n + nt, [&](int thread, i64 t) {
+    if (t < n)
+      k.paged_stream_item(job, thread, t);
+    else
+      run_tile(p, work[static_cast<std::size_t>(tiles[static_cast<std::size_t>(t - n)])], buffers, tier, 1);
+  });
+  if (job)
+    for_each_task(threads, k.paged_stream_merges(job),
+                  [&](int thread, i64 m) { k.paged_stream_merge(job, thread, m); });
+}
+
+void run_paged(const PagedProblem& p, PagedBuffers& buffers, std::optional<Isa> forced) {
+  if (p.on_device())
+    throw Error(ErrorCode::invalid_argument,
+                "cpu paged_attention: the cache or q is device-resident; the cpu "
+                "backend reads host memory only");
+  if (!is_float(p.dtype))
+    throw Error(
+        ErrorCode::unsupported_dtype,
+        "cpu paged_attention: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
+  const IsaChoice c = choice_for(forced);
+  const PagedPlan::Data& d = *p.batch;
+  const int threads = worker_threads(p.num_threads);
+  const TierKernels& k = tier_kernels(c.tier);
+
+  std::vector<std::int32_t> stream(static_cast<std::size_t>(d.num_stream_items)), small, large;
+  std::iota(stream.begin(), stream.end(), 0);
+  for (i64 i = d.num_stream_items; i < static_cast<i64>(d.work.size()); ++i) {
+    const PagedWorkItem& it = d.work[static_cast<std::size_t>(i)];
+    const double pairs = static_cast<double>(it.q_end - it.q_begin) *
+                         static_cast<double>(it.kv_end - it.kv_begin) * static_cast<double>(p.Hq);
+    (pairs <= kSmallTilePairs ? small : large).push_back(static_cast<std::int32_t>(i));
+  }
+  try {
+    run_stream_and_small_tiles(p, buffers, k, c.tier, threads, stream, false, small);
+    // The non-finite policy per sequence: stream items are whole sequences in plan order.
+    std::vector<std::int32_t> guarded;
+    for (std::size_t i = 0; i < stream.size();) {
+      const PagedWorkItem& first = d.work[i];
+      const std::size_t n = static_cast<std::size_t>(first.num_splits);
+      const PagedWorkItem& last = d.work[i + n - 1];
+      if (!rows_finite(p, buffers, first.seq) && !values_finite(p, first.seq, first.kv_begin, last.kv_end))
+        for (std::size_t j = i; j < i + n; ++j) guarded.push_back(static_cast<std::int32_t>(j));
+      i += n;
+    }
+    if (!guarded.empty()) run_stream_and_small_tiles(p, buffers, k, c.tier, threads, guarded, true, {});
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::out_of_memory, "cpu paged_attention: cannot allocate the stream kernel's scratch");
+  }
+  for (std::int32_t i : large) run_tile(p, d.work[static_cast<std::size_t>(i)], buffers, c.tier, threads);
+
+  buffers.run.kernel = std::string(isa_name(c.tier));
+  buffers.run.kernel_detail =
+      std::to_string(d.num_stream_items) +
+      " stream items (K/V pages read in place, once per step for every q head of a kv head; split every " +
+      std::to_string(d.split_tokens) + " keys, merged in split order), " +
+      std::to_string(small.size() + large.size()) + " tile items (keys gathered, the tiled kernel; " +
+      std::to_string(small.size()) + " on one thread each); " + c.detail;
+  buffers.run.batch_invariant = true;
+}
+
+}  // namespace
+
+void paged_attention(const PagedProblem& p, PagedBuffers& buffers) {
+  run_paged(p, buffers, std::nullopt);
+}
+void paged_attention(const PagedProblem& p, PagedBuffers& buffers, Isa tier) {
+  run_paged(p, buffers, tier);
+}
+
+}  // namespace attnops::cpu

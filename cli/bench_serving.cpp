@@ -1,0 +1,305 @@
+#include "cli/bench_serving.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "attnops/attnops.h"
+#include "cli/progress.h"
+#include "cli/read_bandwidth.h"
+#include "cli/settings.h"
+
+namespace attnops::cli {
+
+namespace {
+
+using i64 = std::int64_t;
+using Clock = std::chrono::steady_clock;
+
+std::uint64_t mix(std::uint64_t z) {  // splitmix64's finaliser: cheap, deterministic
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Fills n float elements of dtype dt at `data` with values in [-1, 1) from `seed`, in parallel
+// (the pools reach gigabytes).
+void fill(void* data, DType dt, i64 n, std::uint64_t seed) {
+#pragma omp parallel for schedule(static)
+  for (i64 i = 0; i < n; ++i) {
+    const float u =
+        static_cast<float>(mix(seed * 0x9e3779b97f4a7c15ull + static_cast<std::uint64_t>(i)) >> 40) *
+            (2.0f / 16777216.0f) -
+        1.0f;
+    if (dt == DType::f32)
+      static_cast<float*>(data)[i] = u;
+    else
+      static_cast<std::uint16_t*>(data)[i] =
+          dt == DType::bf16 ? float_to_bf16_bits(u) : float_to_half_bits(u);
+  }
+}
+
+}  // namespace
+
+ServingBatch make_serving_batch(const ServingRowSpec& r, i64 page_size, DType dt, std::uint64_t seed) {
+  ServingBatch b;
+  b.S = r.seqs;
+  std::uint64_t state = seed;
+  const auto next = [&] { return mix(state += 0x9e3779b97f4a7c15ull); };
+  std::vector<i64> kv(static_cast<std::size_t>(b.S)), ql(kv.size()), need(kv.size());
+  const i64 n_prefill = std::llround(r.prefill_fraction * static_cast<double>(b.S));
+  i64 pages = 0, width = 1;
+  for (i64 s = 0; s < b.S; ++s) {
+    const auto si = static_cast<std::size_t>(s);
+    kv[si] = r.kv_min + static_cast<i64>(next() % static_cast<std::uint64_t>(r.kv_max - r.kv_min + 1));
+    ql[si] = std::min(kv[si], s < n_prefill ? r.prefill_q_len : r.q_len);
+    need[si] = (kv[si] + page_size - 1) / page_size;
+    pages += need[si], width = std::max(width, need[si]);
+    b.N += ql[si], b.kv_tokens += kv[si];
+    b.pairs += static_cast<double>(ql[si]) * static_cast<double>(kv[si]) -
+               static_cast<double>(ql[si]) * static_cast<double>(ql[si] - 1) / 2;  // causal
+  }
+  // Pages handed out in a random order, as an engine's free list does after a while.
+  std::vector<std::int32_t> ids(static_cast<std::size_t>(pages));
+  for (i64 i = 0; i < pages; ++i) ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
+  for (i64 i = pages - 1; i > 0; --i)
+    std::swap(ids[static_cast<std::size_t>(i)],
+              ids[static_cast<std::size_t>(next() % static_cast<std::uint64_t>(i + 1))]);
+  b.cu = Tensor(DType::i32, {b.S + 1});
+  b.kv = Tensor(DType::i32, {b.S});
+  b.table = Tensor(DType::i32, {b.S, width});
+  i64 at = 0, cu = 0;
+  for (i64 s = 0; s < b.S; ++s) {
+    const auto si = static_cast<std::size_t>(s);
+    b.cu.data_as<std::int32_t>()[s] = static_cast<std::int32_t>(cu);
+    cu += ql[si];
+    b.kv.data_as<std::int32_t>()[s] = static_cast<std::int32_t>(kv[si]);
+    for (i64 j = 0; j < need[si]; ++j)
+      b.table.data_as<std::int32_t>()[s * width + j] = ids[static_cast<std::size_t>(at++)];
+  }
+  b.cu.data_as<std::int32_t>()[b.S] = static_cast<std::int32_t>(cu);
+  b.cache = PagedKVCache::host({std::max<i64>(pages, 1), page_size, r.Hkv, r.D, r.D, dt});
+  b.q = Tensor(dt, {b.N, r.Hq, r.D});
+  fill(b.q.data(), dt, b.q.numel(), seed + 1);
+  // The pools: the cache's own (contiguous) tensors, filled in place.
+  fill(const_cast<void*>(b.cache.k_pages().data()), dt, b.cache.k_pages().numel(), seed + 2);
+  fill(const_cast<void*>(b.cache.v_pages().data()), dt, b.cache.v_pages().numel(), seed + 3);
+  b.batch = {b.cu, b.kv, b.table};
+  return b;
+}
+
+namespace {
+
+struct Result {
+  std::string label, asked, backend, kernel, error;
+  i64 page = 0, seqs = 0, tokens = 0, kv_tokens = 0;
+  DType dtype = DType::f32;
+  double median_ms = NAN, plan_us = NAN, tokens_per_s = NAN, kv_gbps = NAN, vs_bw = NAN, gflops = NAN;
+  double dense_ms = NAN, vs_dense = NAN, max_err = NAN;
+};
+
+// Median time per call of `f`, in ms: each sample repeats it until >= 20 ms (at most 1000 calls).
+template <class F>
+double median_ms(int repeats, F&& f) {
+  std::vector<double> ms;
+  for (int i = 0; i < std::max(repeats, 1); ++i) {
+    const auto t0 = Clock::now();
+    int calls = 0;
+    double total = 0;
+    do {
+      f();
+      ++calls;
+      total = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    } while (total < 20 && calls < 1000);
+    ms.push_back(total / calls);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+double max_abs_diff(const Tensor& a, const Tensor& b) {
+  double m = 0;
+  for (i64 i = 0; i < a.numel(); ++i) {
+    const double d =
+        std::fabs(static_cast<double>(a.at(static_cast<std::size_t>(i))) - b.at(static_cast<std::size_t>(i)));
+    m = std::isnan(d) ? INFINITY : std::max(m, d);
+  }
+  return m;
+}
+
+void run_row(Result& res, const ServingRowSpec& r, const Config& base, const Overrides& threads, int repeats,
+             double read_gbps) {
+  Config config = base;
+  Overrides o = threads;
+  // gpu_resident: the page pools and q live on the device during the timing (the serving case: a
+  // device-resident cache); gpu: a host cache, its pools uploaded whole every call.
+  const bool resident = res.asked == "gpu_resident";
+  o.backends = parse_backend_list(resident ? "gpu" : res.asked);
+  apply_overrides(config, o);
+  const Attention attn = registry().get("ragged_paged", config);
+  PagedAttentionOptions opts;
+  opts.kv_split_tokens = r.kv_split_tokens;
+  opts.return_lse = false;
+
+  const ServingBatch b = make_serving_batch(r, res.page, res.dtype, 7);
+  res.seqs = b.S, res.tokens = b.N, res.kv_tokens = b.kv_tokens;
+  PagedPlan plan = plan_paged(b.batch, b.cache.spec(), b.N, r.Hq, opts);
+  std::vector<double> us;
+  for (int i = 0; i < std::max(repeats, 3); ++i) {
+    const auto t0 = Clock::now();
+    int calls = 0;
+    double total = 0;
+    do {
+      plan = plan_paged(b.batch, b.cache.spec(), b.N, r.Hq, opts);
+      ++calls;
+      total = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    } while (total < 20000 && calls < 2000);
+    us.push_back(total / calls);
+  }
+  std::sort(us.begin(), us.end());
+  res.plan_us = us[us.size() / 2];
+
+  PagedKVCache cache = b.cache;
+  DeviceTensor dq;
+  if (resident) {
+    const GpuSettings& gpu = attn.op().metadata().gpu;
+    cache = PagedKVCache::from_device(to_device(b.cache.k_pages(), gpu), to_device(b.cache.v_pages(), gpu));
+    dq = to_device(b.q, gpu);
+  }
+  const auto call = [&] {
+    return resident ? attn.paged(dq, cache, plan, opts) : attn.paged(b.q, cache, plan, opts);
+  };
+  AttentionOutput out = call();  // warm-up
+  res.backend = std::string(backend_name(out.decision.backend));
+  res.kernel = out.decision.run.kernel;
+  res.median_ms = median_ms(repeats, [&] { out = call(); });
+  const double sec = res.median_ms * 1e-3;
+  const double es = static_cast<double>(dtype_size(res.dtype));
+  res.tokens_per_s = static_cast<double>(b.N) / sec;
+  res.kv_gbps = static_cast<double>(b.kv_tokens) * static_cast<double>(r.Hkv * 2 * r.D) * es * 1e-9 / sec;
+  if (read_gbps > 0) res.vs_bw = res.kv_gbps / read_gbps;
+  res.gflops = b.pairs * static_cast<double>(r.Hq) * 4.0 * static_cast<double>(r.D) * 1e-9 / sec;
+
+  if (r.compare_dense) {  // the same tokens as one dense call
+    const TensorView row(b.table.data(), DType::i32, {b.table.dim(1)});
+    const PagedKVCache::Dense kv = b.cache.gather(row, b.kv_tokens);
+    const TensorView q(b.q.data(), res.dtype, {1, b.N, r.Hq, r.D});
+    const Attention dense = registry().get("flash_attn2", config);
+    AttentionOptions dopts;
+    (void)dense(q, kv.k, kv.v, dopts);
+    res.dense_ms = median_ms(repeats, [&] { (void)dense(q, kv.k, kv.v, dopts); });
+    res.vs_dense = res.dense_ms / res.median_ms;
+  }
+
+  // Accuracy on a cut-down batch of the same kind, against the native backend (the fp64 oracle).
+  ServingRowSpec small = r;
+  small.seqs = std::min<i64>(r.seqs, 4);
+  small.kv_max = std::min<i64>(r.kv_max, 512), small.kv_min = std::min(r.kv_min, small.kv_max);
+  small.prefill_q_len = std::min<i64>(r.prefill_q_len, 64);
+  if (small.prefill_fraction > 0 && small.seqs > 1)
+    small.prefill_fraction = std::max(small.prefill_fraction, 0.5);
+  const ServingBatch v = make_serving_batch(small, res.page, res.dtype, 11);
+  OperationMetadata native = attn.op().metadata();
+  native.backends = {Backend::native};
+  const AttentionOutput got = attn.paged(v.q, v.cache, v.batch, opts);
+  const AttentionOutput want = registry().get("ragged_paged", native).paged(v.q, v.cache, v.batch, opts);
+  res.max_err = max_abs_diff(got.attention_outputs, want.attention_outputs);
+}
+
+std::string fmt(const char* f, double v) {
+  if (std::isnan(v)) return "-";
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+}  // namespace
+
+std::string run_serving_bench(const BenchSpec& spec, const Config& config, int threads, std::ostream& out,
+                              bool want_json, bool progress) {
+  std::vector<Result> rows;
+  std::vector<const ServingRowSpec*> specs;
+  for (const ServingRowSpec& r : spec.serving)
+    for (i64 page : r.page_sizes)
+      for (DType dt : spec.dtypes)
+        for (const std::string& backend : spec.backends) {
+          Result x;
+          x.label = r.label, x.asked = backend, x.page = page, x.dtype = dt;
+          rows.push_back(x);
+          specs.push_back(&r);
+        }
+  ProgressBar bar(rows.size() + 1, progress);
+  bar.update(0, "read bandwidth");
+  const ReadBandwidth bw =
+      measure_read_bandwidth(threads, std::max(spec.repeats, 3), spec.read_bandwidth_mib);
+  Overrides over;
+  if (threads > 0) over.num_threads = threads;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    bar.update(i + 1, "serving " + rows[i].label + " page " + std::to_string(rows[i].page) + " " +
+                          std::string(dtype_name(rows[i].dtype)));
+    try {
+      run_row(rows[i], *specs[i], config, over, spec.repeats, bw.gbps);
+    } catch (const Error& e) {  // one failing row must not lose the rest
+      rows[i].error = std::string(error_code_name(e.code())) + ": " + e.what();
+    }
+  }
+  bar.finish();
+
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "# serving rows (ragged_paged); read bandwidth %.1f GB/s (%.0f MiB, %d threads, same run)\n",
+                bw.gbps, bw.mib, bw.threads);
+  out << line;
+  std::snprintf(line, sizeof line,
+                "%-14s %-6s %-7s %-11s %5s %6s %9s %5s %-5s %10s %8s %11s %8s %7s %8s %9s %8s %9s  %s\n",
+                "label", "asked", "backend", "kernel", "seqs", "tokens", "kv_tokens", "page", "dtype",
+                "median_ms", "plan_us", "tokens/s", "KV_GB/s", "vs_bw", "GFLOP/s", "dense_ms", "vs_dense",
+                "max_err", "error");
+  out << line;
+  for (const Result& r : rows) {
+    std::snprintf(
+        line, sizeof line,
+        "%-14s %-6s %-7s %-11s %5lld %6lld %9lld %5lld %-5s %10s %8s %11s %8s %7s %8s %9s %8s %9s  %s\n",
+        r.label.c_str(), r.asked.c_str(), r.backend.empty() ? "-" : r.backend.c_str(),
+        r.kernel.empty() ? "-" : r.kernel.c_str(), static_cast<long long>(r.seqs),
+        static_cast<long long>(r.tokens), static_cast<long long>(r.kv_tokens), static_cast<long long>(r.page),
+        std::string(dtype_name(r.dtype)).c_str(), fmt("%.3f", r.median_ms).c_str(),
+        fmt("%.1f", r.plan_us).c_str(), fmt("%.0f", r.tokens_per_s).c_str(), fmt("%.2f", r.kv_gbps).c_str(),
+        fmt("%.2f", r.vs_bw).c_str(), fmt("%.1f", r.gflops).c_str(), fmt("%.3f", r.dense_ms).c_str(),
+        fmt("%.2f", r.vs_dense).c_str(), fmt("%.2e", r.max_err).c_str(), r.error.c_str());
+    out << line;
+  }
+  if (!want_json) return {};
+  nlohmann::json j;
+  j["read_bandwidth"] = {{"gbps", bw.gbps}, {"mib", bw.mib}, {"threads", bw.threads}};
+  j["rows"] = nlohmann::json::array();
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  for (const Result& r : rows)
+    j["rows"].push_back({{"label", r.label},
+                         {"backend_requested", r.asked},
+                         {"backend", r.backend},
+                         {"kernel", r.kernel},
+                         {"seqs", r.seqs},
+                         {"tokens", r.tokens},
+                         {"kv_tokens", r.kv_tokens},
+                         {"page_size", r.page},
+                         {"dtype", std::string(dtype_name(r.dtype))},
+                         {"median_ms", num(r.median_ms)},
+                         {"plan_us", num(r.plan_us)},
+                         {"tokens_per_s", num(r.tokens_per_s)},
+                         {"kv_gbps", num(r.kv_gbps)},
+                         {"vs_read_bandwidth", num(r.vs_bw)},
+                         {"gflops", num(r.gflops)},
+                         {"dense_ms", num(r.dense_ms)},
+                         {"vs_dense", num(r.vs_dense)},
+                         {"max_err", num(r.max_err)},
+                         {"error", r.error}});
+  return j.dump(2) + "\n";
+}
+
+}  // namespace attnops::cli

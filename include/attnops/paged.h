@@ -1,0 +1,203 @@
+// Serving: a paged KV cache and ragged batches (operator `ragged_paged`, alias `paged`).
+//
+// An inference engine keeps each sequence's keys and values in fixed-size pages of two pools and
+// runs one step for many sequences of different lengths at once: some decoding one token, some
+// in a chunk of their prompt, some starting. Layouts (NHD pages, as vLLM and FlashInfer):
+//
+//   k_pages [num_pages, page_size, Hkv, D]     v_pages [num_pages, page_size, Hkv, Dv]
+//   q [N, Hq, D]  (every sequence's query rows, concatenated, no padding between sequences)
+//   cu_seqlens_q [S + 1]    query rows of sequence s are [cu[s], cu[s + 1]) of q
+//   kv_lens [S]             keys of sequence s, this step's new tokens included
+//   page_table [S, max_pages]   key j of s lives in page page_table[s][j / page_size], row j % page_size
+//   out [N, Hq, Dv]  (the runtime dtype = the cache's)     lse [N, Hq] f32 (natural log)
+//
+// Per sequence every semantic is exactly the dense one (README, Semantics) with Tq = q_len_s and
+// Tk = kv_len_s: query i sits at absolute position kv_len_s - q_len_s + i (decode, chunked
+// prefill and prefill are one formula), causal is bottom-right, sliding window, chunked causal,
+// soft cap, sinks, scale and GQA as for dense calls; sequences never see each other. q_len_s <=
+// kv_len_s. A row with nothing visible gives output 0 and lse -inf; rows of q past
+// cu[num_seqs] are padding (output 0, lse -inf).
+//
+//   attnops::PagedKVCache cache = attnops::PagedKVCache::host({.num_pages = 1024, .page_size = 16,
+//       .num_kv_heads = 8, .head_dim = 128, .dtype = DType::bf16});
+//   cache.write(k_new, v_new, slot_mapping);                 // this step's new tokens, every layer
+//   attnops::PagedPlan plan = attnops::plan_paged(batch, cache.spec(), N, Hq, opts);  // once per step
+//   auto attn = attnops::registry().get("paged");
+//   AttentionOutput o = attn.paged(q, cache, plan, opts);    // every layer reuses the plan
+//
+// The caller owns page allocation (as FlashInfer): attnops never frees, moves or allocates pages.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "attnops/device_tensor.h"
+#include "attnops/metadata.h"
+#include "attnops/options.h"
+#include "attnops/tensor.h"
+
+namespace attnops {
+
+// The shape of a paged KV cache.
+struct PagedKVSpec {
+  std::int64_t num_pages = 0;     // >= 1
+  std::int64_t page_size = 0;     // tokens per page, >= 1
+  std::int64_t num_kv_heads = 0;  // Hkv >= 1
+  std::int64_t head_dim = 0;      // D >= 1
+  std::int64_t head_dim_v = 0;    // Dv; 0 = head_dim
+  DType dtype = DType::f32;       // f32, f16 or bf16
+  std::int64_t dv() const { return head_dim_v > 0 ? head_dim_v : head_dim; }
+  bool operator==(const PagedKVSpec&) const = default;
+};
+
+// Two page pools, K and V (separate, so Dv != D works and a page is an ordinary strided view),
+// on the host or on the GPU (device-resident, DeviceTensor storage). Copies share the pools.
+class PagedKVCache {
+ public:
+  PagedKVCache() = default;
+  // Zero-filled pools. Error(invalid_argument) for a bad spec, (out_of_memory) on the host,
+  // (backend_unavailable / gpu_error) on the device as DeviceTensor::zeros.
+  static PagedKVCache host(const PagedKVSpec& spec);
+  static PagedKVCache device(const PagedKVSpec& spec, const GpuSettings& gpu = {});
+  // Pools the caller already holds (shared storage, no copy): host tensors or device tensors,
+  // k [P, page, Hkv, D] and v [P, page, Hkv, Dv] of one float dtype.
+  static PagedKVCache from_tensors(Tensor k_pages, Tensor v_pages);
+  static PagedKVCache from_device(DeviceTensor k_pages, DeviceTensor v_pages);
+  // Views of memory the caller owns (e.g. a framework's tensors, a slice of a larger pool; any
+  // outer strides, innermost dimension contiguous): nothing is copied, the memory must outlive
+  // the cache, and write() writes into it.
+  static PagedKVCache wrap(const TensorView& k_pages, const TensorView& v_pages);
+
+  bool empty() const { return spec_.num_pages == 0; }
+  const PagedKVSpec& spec() const { return spec_; }
+  bool on_device() const { return k_.on_device(); }
+  TensorView k_pages() const { return k_; }  // [P, page_size, Hkv, D]
+  TensorView v_pages() const { return v_; }  // [P, page_size, Hkv, Dv]
+  // One page as a view [page_size, Hkv, D] / [page_size, Hkv, Dv] (Error invalid_argument when
+  // page is outside [0, num_pages)).
+  TensorView k_page(std::int64_t page) const;
+  TensorView v_page(std::int64_t page) const;
+
+  // Puts row t of k_new [N, Hkv, D] / v_new [N, Hkv, Dv] at slot slot_mapping[t] (i32 or i64 [N]):
+  // page slot / page_size, row slot % page_size. A negative slot skips the row (padding tokens,
+  // as vLLM's reshape_and_cache). Float inputs of another dtype are rounded to the cache's
+  // (round to nearest even). Everything is checked before anything is written (all or
+  // nothing): shapes, dtypes, slots past the pool (Error invalid_argument naming the row), two
+  // rows writing one slot in one call (invalid_argument naming both). Device caches: the rows
+  // are copied in runs of consecutive slots, one submission per pool.
+  void write(const TensorView& k_new, const TensorView& v_new, const TensorView& slot_mapping);
+
+  // The keys and values of one sequence as dense host tensors k [1, kv_len, Hkv, D] and v [1,
+  // kv_len, Hkv, Dv] in the cache's dtype (a copy; for tests and oracles). page_row: i32 or i64
+  // [max_pages] (a row of a page table); entries past ceil(kv_len / page_size) are ignored.
+  struct Dense {
+    Tensor k, v;
+  };
+  Dense gather(const TensorView& page_row, std::int64_t kv_len) const;
+
+ private:
+  PagedKVSpec spec_;
+  TensorView k_, v_;
+  std::shared_ptr<const void> keep_;  // the storage the views point into, when the cache holds it
+};
+
+// One model step's batch (host index arrays, i32 or i64, any strides).
+struct RaggedBatch {
+  TensorView cu_seqlens_q;     // [S + 1]: cu[0] = 0, non-decreasing, cu[num_seqs] <= N
+  TensorView kv_lens;          // [S]: kv_len_s >= q_len_s (keys including this step's tokens)
+  TensorView page_table;       // [S, max_pages]: entries past ceil(kv_len_s / page_size) are ignored
+  std::int64_t num_seqs = -1;  // -1: all S; else only the first num_seqs sequences (static shapes)
+};
+
+// Per-call options of a paged call; the same meaning as AttentionOptions, applied per sequence.
+// (The softmax scale, runtime dtype and thread count come from the operator's metadata, as for
+// dense calls.) Bias, segment ids and user masks have no ragged form and are not offered.
+struct PagedAttentionOptions {
+  bool causal = true;                        // bottom-right aligned per sequence
+  std::optional<Window> sliding_window{};    // (left, right), both >= 0
+  std::optional<std::int64_t> chunk_size{};  // chunked causal, >= 1
+  std::optional<double> logits_soft_cap{};   // s = cap * tanh(s / cap), cap > 0
+  std::optional<TensorView> softmax_aux{};   // sinks: one logit per q head, [Hq]
+  bool return_lse = false;                   // lse [N, Hq] f32
+  // Batch invariance: a sequence's keys are split into ranges of this many tokens (from key 0),
+  // computed independently and merged in range order. The split depends only on the sequence,
+  // so a sequence's output is bitwise the same alone or inside any batch, at any thread count.
+  // Default kDefaultKvSplitTokens; >= 1.
+  std::optional<std::int64_t> kv_split_tokens{};
+};
+
+inline constexpr std::int64_t kDefaultKvSplitTokens = 512;
+
+// How a backend processes a work item (see PagedPlan).
+enum class PagedWorkKind : std::uint8_t {
+  stream,  // few query rows (decode, speculative tokens): K/V streamed once, split along the keys
+  tile,    // many query rows (prefill, chunked prefill): the whole sequence in query x key tiles
+};
+
+// One unit of work: rows [q_begin, q_end) of q (all of sequence seq's rows) against its keys
+// [kv_begin, kv_end), split `split` of `num_splits` (num_splits > 1: partial results merged by
+// log-sum-exp in split order).
+struct PagedWorkItem {
+  std::int32_t seq = 0;
+  std::int32_t split = 0, num_splits = 1;
+  PagedWorkKind kind = PagedWorkKind::stream;
+  std::int64_t q_begin = 0, q_end = 0;
+  std::int64_t kv_begin = 0, kv_end = 0;
+};
+
+// A validated batch and its work list, built once per model step on the host and reused by every
+// layer (every call with the same batch, cache shape, q shape and mask options). Immutable;
+// copies share the data. Index arrays are copied in: the batch's tensors need not outlive it.
+class PagedPlan {
+ public:
+  PagedPlan() = default;
+  bool empty() const { return data_ == nullptr; }
+  std::int64_t num_seqs() const;
+  std::int64_t num_tokens() const;   // N, the rows of q
+  std::int64_t num_q_heads() const;  // Hq
+  std::int64_t kv_split_tokens() const;
+  const PagedKVSpec& cache_spec() const;
+  bool causal() const;
+  const std::optional<Window>& sliding_window() const;
+  const std::optional<std::int64_t>& chunk_size() const;
+  // Sequence s: its query rows [q_begin, q_begin + q_len), keys and pages (page_size apart).
+  std::int64_t q_begin(std::int64_t s) const;
+  std::int64_t q_len(std::int64_t s) const;
+  std::int64_t kv_len(std::int64_t s) const;
+  const std::int32_t* pages(std::int64_t s) const;  // ceil(kv_len / page_size) page ids
+  // The work list: stream items first (heaviest first within them), then tile items.
+  const std::vector<PagedWorkItem>& work() const;
+
+  struct Data;
+  const Data& data() const;
+
+ private:
+  friend PagedPlan plan_paged(const RaggedBatch&, const PagedKVSpec&, std::int64_t, std::int64_t,
+                              const PagedAttentionOptions&);
+  std::shared_ptr<const Data> data_;
+};
+
+// Validates a batch on the host and builds its work list: cu_seqlens_q starting at 0,
+// non-decreasing, at most num_tokens; q_len_s <= kv_len_s; page tables wide enough for kv_len;
+// page ids inside the cache; the mask options as make_problem checks them. Each a typed Error
+// naming the argument. num_tokens = N and num_q_heads = Hq of the q the plan will run with.
+PagedPlan plan_paged(const RaggedBatch& batch, const PagedKVSpec& cache, std::int64_t num_tokens,
+                     std::int64_t num_q_heads, const PagedAttentionOptions& options = {});
+
+// Cascade attention: the attention states (out, lse) of one set of query rows over two disjoint
+// key sets (e.g. a shared prefix and each sequence's own suffix) merged into the state over
+// their union: out = (out_a e^lse_a + out_b e^lse_b) / (e^lse_a + e^lse_b), lse = log(e^lse_a +
+// e^lse_b), computed relative to the larger lse. out_* [N, H, Dv] (float dtypes; the result has
+// out_a's dtype), lse_* [N, H] (float dtypes, natural log; -inf = no visible key). A state with
+// lse -inf contributes nothing; NaN propagates. Sinks belong to neither part: pass sink-free
+// states and add the sink after. Commutative; the same merge the cpu kernel applies to splits.
+struct MergedState {
+  Tensor out;  // [N, H, Dv]
+  Tensor lse;  // [N, H] f32
+};
+MergedState merge_states(const TensorView& out_a, const TensorView& lse_a, const TensorView& out_b,
+                         const TensorView& lse_b);
+
+}  // namespace attnops
