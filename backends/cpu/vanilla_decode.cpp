@@ -17,13 +17,12 @@
 // every K and V read). Partial (m, l, acc) of each split are merged afterwards in split order.
 //
 // Scratch is per-tier aligned arrays, not std::vector<float> (see aligned.h).
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "backends/common/softmax_policy.h"
+#include "backends/common/work_pool.h"
 #include "backends/cpu/aligned.h"
 #include "backends/cpu/tier_entry.h"
 #include "backends/cpu/vanilla_rows.h"
@@ -182,9 +181,8 @@ const char* vanilla_decode_forward(const AttentionProblem& p, AttentionBuffers& 
   job.tasks = p.B * job.nsplit;
   const i64 rows = job.tasks * p.Hkv * job.R;
   threads = static_cast<int>(std::clamp<i64>(job.tasks, 1, threads));
-  // Everything is allocated here, before the parallel region: a failure is std::bad_alloc thrown
-  // to the dispatch (an Error(out_of_memory) there), never an exception inside OpenMP. Nothing in
-  // the region allocates or throws.
+  // Everything is allocated here, before the tasks run: a failure is std::bad_alloc thrown to the
+  // dispatch (an Error(out_of_memory) there). Nothing in a task allocates or throws.
   job.part_acc = aligned_array<float>(rows * p.Dv);
   std::fill(job.part_acc.get(), job.part_acc.get() + rows * p.Dv, 0.f);
   job.part_state.assign(static_cast<std::size_t>(rows), vanilla::OnlineRow{});
@@ -198,30 +196,44 @@ const char* vanilla_decode_forward(const AttentionProblem& p, AttentionBuffers& 
     w.head_active = aligned_array<char>(p.Hkv);
   }
   AlignedArray<float> merged = aligned_array<float>(threads * p.Dv);
+  // Splits of each batch still running: the task that finishes a batch's last split merges that
+  // batch (in split order, so the result depends on the split count alone), with no barrier
+  // between the partials and the merge for a descheduled thread to hold up.
+  AlignedArray<i64> remaining = aligned_array<i64>(p.B);
+  std::fill(remaining.get(), remaining.get() + p.B, job.nsplit);
 
-#pragma omp parallel num_threads(threads)
-  {
-    DecodeScratch& w = scratch[static_cast<std::size_t>(omp_get_thread_num())];
-#pragma omp for schedule(dynamic, 1)
-    for (i64 t = 0; t < job.tasks; ++t) {
-      switch (p.dtype) {
-        case DType::f16:
-          run_task<DType::f16>(job, w, t);
-          break;
-        case DType::bf16:
-          run_task<DType::bf16>(job, w, t);
-          break;
-        default:
-          run_task<DType::f32>(job, w, t);
-          break;
-      }
-    }
-
-    float* o = merged.get() + omp_get_thread_num() * p.Dv;
-#pragma omp for schedule(static)
-    for (i64 pair = 0; pair < p.B * p.Hkv; ++pair)
-      for (i64 r = 0; r < job.R; ++r) merge_row(job, buffers, pair / p.Hkv, pair % p.Hkv, r, o);
-  }
+  struct Ctx {
+    DecodeJob& job;
+    AttentionBuffers& buffers;
+    DecodeScratch* scratch;
+    float* merged;
+    i64* remaining;
+  } ctx{job, buffers, scratch.data(), merged.get(), remaining.get()};
+  run_tasks(
+      threads, job.tasks,
+      [](void* c, std::int64_t t, int slot) {
+        Ctx& x = *static_cast<Ctx*>(c);
+        const AttentionProblem& q = x.job.p;
+        DecodeScratch& w = x.scratch[slot];
+        switch (q.dtype) {
+          case DType::f16:
+            run_task<DType::f16>(x.job, w, t);
+            break;
+          case DType::bf16:
+            run_task<DType::bf16>(x.job, w, t);
+            break;
+          default:
+            run_task<DType::f32>(x.job, w, t);
+            break;
+        }
+        const i64 b = t / x.job.nsplit;
+        // acq_rel: the last one sees every other split's partials of batch b.
+        if (__atomic_sub_fetch(&x.remaining[b], 1, __ATOMIC_ACQ_REL) != 0) return;
+        float* o = x.merged + slot * q.Dv;
+        for (i64 hk = 0; hk < q.Hkv; ++hk)
+          for (i64 r = 0; r < x.job.R; ++r) merge_row(x.job, x.buffers, b, hk, r, o);
+      },
+      &ctx);
   return "decode: K/V streamed once, kv split across threads";
 }
 
