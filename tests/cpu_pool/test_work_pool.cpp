@@ -2,8 +2,10 @@
 // thread count and are never shared by two threads at once, calls from several threads and calls
 // nested in a task are safe, and the pool never starts more workers than threads - 1.
 #include <gtest/gtest.h>
+#include <time.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <thread>
 #include <vector>
@@ -90,6 +92,25 @@ TEST(WorkPool, ACallInsideATaskRunsOnItsOwnThread) {
       },
       &outer);
   for (std::size_t i = 0; i < outer.runs.size(); ++i) EXPECT_EQ(outer.runs[i].load(), 1) << i;
+}
+
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// The workers poll for kSpin (tens of microseconds) after a call, then sleep: a process whose
+// calls stopped uses no CPU. (Not a timing of the kernels: a worker that kept spinning would use
+// the whole 300 ms of the sleep, the bound is a tenth of that.)
+TEST(WorkPool, IdleWorkersSleep) {
+  Count c(64, 3);
+  run_tasks(3, 64, count_task, &c);
+  expect_each_once(c);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the polling
+  const double t0 = process_cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LT(process_cpu_seconds() - t0, 0.03);
 }
 
 }  // namespace
