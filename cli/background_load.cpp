@@ -1,5 +1,6 @@
 #include "cli/background_load.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -16,11 +17,22 @@
 namespace attnops::cli {
 namespace {
 
-// The child: only async-signal-safe calls after fork() (the parent may have threads).
+// The child: only async-signal-safe calls after fork() (the parent may have threads). It becomes
+// `yes > /dev/null` (the load the issue measured with; its own address space, so the bench's pages
+// are not shared copy-on-write with a child for the whole row), or spins if yes cannot be run.
 [[noreturn]] void busy_child(pid_t parent) {
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);     // kept across exec
   if (::getppid() != parent) ::_exit(0);  // the parent died before prctl
   for (const int sig : {SIGINT, SIGTERM, SIGHUP}) ::signal(sig, SIG_DFL);
+  const int null = ::open("/dev/null", O_WRONLY);
+  if (null >= 0) {
+    ::dup2(null, STDOUT_FILENO);
+    char yes[] = "yes";
+    char* const argv[] = {yes, nullptr};
+    char* const envp[] = {nullptr};
+    ::execve("/usr/bin/yes", argv, envp);  // execve: async-signal-safe, no PATH search
+    ::execve("/bin/yes", argv, envp);
+  }
   volatile unsigned long spin = 0;
   for (;;) spin = spin + 1;
 }

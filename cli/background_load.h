@@ -1,7 +1,7 @@
-// `attnops bench --background-load N`: N busy child processes (one spinning loop each, like
-// `yes > /dev/null`) for the loaded half of each row, so the quiet and loaded medians of the
-// same build come from one command (issue 21: a library whose second thread waits for a
-// descheduled worker is 100x slower on a busy machine; this is how to see it).
+// `attnops bench --background-load N`: N busy child processes (`yes > /dev/null` each, or a
+// spinning loop where `yes` cannot be run) for the loaded half of each row, so the quiet and loaded medians
+// of the same build come from one command (issue 21: a library whose second thread waits for a descheduled
+// worker is 100x slower on a busy machine; this is how to see it).
 //
 // The children are killed (SIGKILL) and reaped by the destructor, on success and on an error
 // alike; if the bench process dies by a signal, the kernel kills them (PR_SET_PDEATHSIG), and
