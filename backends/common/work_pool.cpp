@@ -39,7 +39,7 @@ constexpr auto kSpin = std::chrono::microseconds(30);
 // well under a millisecond on the small calls where a stall would matter), and a large call,
 // where one scheduler slice is small beside the work, keeps its threads.
 constexpr auto kStallMin = std::chrono::microseconds(500);
-constexpr int kSoloCalls = 32;
+constexpr int kSoloCalls = 128;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -82,7 +82,7 @@ class Pool {
         finished_.wait(lock, [&] { return done_.load(std::memory_order_acquire) == tasks; });
       }
       const auto waited = Clock::now() - t0;
-      if (waited > kStallMin && waited * 4 > t0 - start) solo_.store(kSoloCalls, std::memory_order_relaxed);
+      if (waited > kStallMin && waited * 8 > t0 - start) solo_.store(kSoloCalls, std::memory_order_relaxed);
     }
     busy_.store(false, std::memory_order_release);
   }
