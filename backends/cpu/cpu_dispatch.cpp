@@ -64,13 +64,14 @@ IsaChoice choice_for(std::optional<Isa> forced) {
   return c;
 }
 
+// assign / append: a RunInfo reused from call to call keeps its strings' capacity.
 void record(RunInfo& run, const IsaChoice& c, const char* path) {
-  run.kernel = std::string(isa_name(c.tier));
-  run.kernel_detail = std::string(path) + "; " + c.detail;
+  run.kernel.assign(isa_name(c.tier));
+  run.kernel_detail.assign(path).append("; ").append(c.detail);
 }
 void record(AttentionBuffers& buffers, const IsaChoice& c, const char* path, const CallThreads& t) {
   record(buffers.run, c, path);
-  if (!t.detail.empty()) buffers.run.kernel_detail += "; " + t.detail;
+  if (!t.detail.empty()) buffers.run.kernel_detail.append("; ").append(t.detail);
 }
 
 // Runs a tier's kernel: the kernels allocate their scratch before any parallel region and throw
@@ -101,7 +102,8 @@ void check_tiled_inputs(const char* where, const AttentionProblem& p, const Bloc
 void run_tiled(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers,
                std::optional<Isa> forced) {
   check_tiled_inputs("cpu tiled_attention", p, map);
-  const IsaChoice c = choice_for(forced);
+  IsaChoice forced_choice;
+  const IsaChoice& c = forced ? (forced_choice = choice_for(forced)) : current_isa_choice();
   const CallThreads t = call_threads(p, false, !forced);
   AttentionProblem q = p;  // the kernel reads its thread count from the problem
   q.num_threads = t.threads;
@@ -113,14 +115,16 @@ void run_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffer
                   std::optional<Isa> forced) {
   const AttentionProblem& p = bp.fwd;
   check_tiled_inputs("cpu tiled_backward", p, map);
-  const IsaChoice c = choice_for(forced);
+  IsaChoice forced_choice;
+  const IsaChoice& c = forced ? (forced_choice = choice_for(forced)) : current_isa_choice();
   record(grads.run, c,
          guarded("cpu tiled_backward", [&] { return tier_kernels(c.tier).backward(bp, map, grads); }));
 }
 
 void run_vanilla(const AttentionProblem& p, AttentionBuffers& buffers, std::optional<Isa> forced,
                  const VanillaPlan* plan = nullptr) {
-  const IsaChoice c = choice_for(forced);
+  IsaChoice forced_choice;
+  const IsaChoice& c = forced ? (forced_choice = choice_for(forced)) : current_isa_choice();
   if (p.B == 0 || p.Tq == 0 || p.Hq == 0) return;
   if (p.Tk == 0) {  // nothing to attend to: output stays 0, every lse is -inf
     if (buffers.lse) {
