@@ -37,6 +37,7 @@
 #include "attnops/attnops.h"
 #include "backends/common/block_map.h"
 #include "backends/common/block_map_impl.h"
+#include "cli/background_load.h"
 #include "cli/bench_serving.h"
 #include "cli/bench_spec.h"
 #include "cli/commands.h"
@@ -59,7 +60,7 @@ constexpr const char* kFlopsNote =
 struct BenchArgs {
   std::string file, ops, backends, shapes, dtypes, passes, config, csv, json, plot, serving_json;
   bool causal = false, no_causal = false, both = false, progress = false, no_progress = false;
-  int repeats = 0, threads = 0, sgemm = -1;
+  int repeats = 0, threads = 0, sgemm = -1, background_load = 0;
 };
 
 struct Row {
@@ -73,6 +74,7 @@ struct Row {
   Pass pass = Pass::forward;
   double median_ms = NAN, gflops = NAN, vs_sgemm = NAN, max_err = NAN;
   double kernel_ms = NAN, kernel_gflops = NAN;  // gpu rows: the kernels alone (timestamps)
+  double loaded_ms = NAN;                       // --background-load: the median with the busy processes
   std::string error;                            // when the row could not run
 };
 
@@ -95,7 +97,7 @@ Qkv make_inputs(const BenchShape& s, DType dtype, std::uint64_t seed) {
   return random_qkv(s.B, s.Tq, s.Tk, s.Hq, s.Hkv, s.D, dtype, seed);
 }
 
-void run_row(Row& row, const Config& base, const Overrides& threads, int repeats) {
+void run_row(Row& row, const Config& base, const Overrides& threads, int repeats, int background_load) {
   Config config = base;
   Overrides o = threads;
   const bool resident = row.backend_requested == "gpu_resident";
@@ -142,20 +144,27 @@ void run_row(Row& row, const Config& base, const Overrides& threads, int repeats
   // the sample is the mean time per call.
   constexpr double kMinSampleMs = 20;
   constexpr int kMaxCalls = 1000;
-  std::vector<double> ms;
-  for (int i = 0; i < repeats; ++i) {
-    const auto t0 = Clock::now();
-    int calls = 0;
-    double total = 0;
-    do {
-      call();
-      ++calls;
-      total = elapsed_ms(t0);
-    } while (total < kMinSampleMs && calls < kMaxCalls);
-    ms.push_back(total / calls);
+  const auto median_ms = [&] {
+    std::vector<double> ms;
+    for (int i = 0; i < repeats; ++i) {
+      const auto t0 = Clock::now();
+      int calls = 0;
+      double total = 0;
+      do {
+        call();
+        ++calls;
+        total = elapsed_ms(t0);
+      } while (total < kMinSampleMs && calls < kMaxCalls);
+      ms.push_back(total / calls);
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  row.median_ms = median_ms();
+  if (background_load > 0) {  // right after the quiet median, so both see the same machine
+    const BackgroundLoad load(background_load);
+    row.loaded_ms = median_ms();
   }
-  std::sort(ms.begin(), ms.end());
-  row.median_ms = ms[ms.size() / 2];
   row.ran = decision.op;
   row.backend = std::string(backend_name(decision.backend));
   row.kernel = decision.run.kernel;
@@ -200,8 +209,13 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
-void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmResult& sgemm) {
+void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmResult& sgemm,
+                 int background_load) {
   out << "# " << kFlopsNote << "\n";
+  if (background_load > 0)
+    out << "# loaded_ms: the median with " << background_load
+        << " busy background process(es) started right after the row's quiet median; x_quiet = loaded_ms / "
+           "median_ms\n";
   char line[512];
   std::snprintf(line, sizeof line,
                 "%-12s %-12s %-12s %-7s %-23s %-22s %-5s %-6s %-4s %10s %9s %10s %9s %8s %9s  %s\n",
@@ -228,6 +242,9 @@ void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmRes
                   fmt("%.2e", r.max_err).c_str(),
                   r.error.empty() ? r.reasons.c_str() : ("error: " + r.error).c_str());
     out << line;
+    if (background_load > 0)
+      out << "    loaded_ms " << fmt("%.3f", r.loaded_ms) << "  x_quiet "
+          << fmt("%.2f", r.loaded_ms / r.median_ms) << "\n";
   }
 }
 
@@ -241,25 +258,26 @@ std::string csv_quote(const std::string& s) {
   return out + "\"";
 }
 
-std::string csv_text(const std::vector<Row>& rows, const SgemmResult& sgemm) {
+std::string csv_text(const std::vector<Row>& rows, const SgemmResult& sgemm, bool loaded) {
   std::ostringstream f;
   f << "operator,backend_requested,ran,backend,kernel,B,Hq,Hkv,Tq,Tk,D,dtype,causal,pass,"
-       "median_ms,gflops,kernel_ms,kernel_gflops,vs_sgemm,max_err,reasons,error\n";
+       "median_ms,gflops,kernel_ms,kernel_gflops,vs_sgemm,max_err,reasons,error"
+    << (loaded ? ",loaded_median_ms\n" : "\n");
   auto num = [](double v) { return std::isfinite(v) ? fmt("%.6g", v) : std::string(); };
   if (sgemm.n > 0)
     f << "eigen_sgemm,,sgemm,cpu," << sgemm.isa << ",,,,,," << sgemm.n << ",f32,,," << num(sgemm.median_ms)
-      << "," << num(sgemm.gflops) << ",,,1,,,\n";
+      << "," << num(sgemm.gflops) << ",,,1,,," << (loaded ? ",\n" : "\n");
   for (const Row& r : rows)
     f << r.op << "," << r.backend_requested << "," << r.ran << "," << r.backend << "," << r.kernel << ","
       << r.shape.B << "," << r.shape.Hq << "," << r.shape.Hkv << "," << r.shape.Tq << "," << r.shape.Tk << ","
       << r.shape.D << "," << dtype_name(r.dtype) << "," << (r.causal ? "true" : "false") << ","
       << pass_name(r.pass) << "," << num(r.median_ms) << "," << num(r.gflops) << "," << num(r.kernel_ms)
       << "," << num(r.kernel_gflops) << "," << num(r.vs_sgemm) << "," << num(r.max_err) << ","
-      << csv_quote(r.reasons) << "," << csv_quote(r.error) << "\n";
+      << csv_quote(r.reasons) << "," << csv_quote(r.error) << (loaded ? "," + num(r.loaded_ms) : "") << "\n";
   return f.str();
 }
 
-std::string json_text(const std::vector<Row>& rows, const SgemmResult& sgemm) {
+std::string json_text(const std::vector<Row>& rows, const SgemmResult& sgemm, int background_load) {
   nlohmann::json j;
   j["flops_convention"] = kFlopsNote;
   if (sgemm.n > 0)
@@ -290,6 +308,10 @@ std::string json_text(const std::vector<Row>& rows, const SgemmResult& sgemm) {
                          {"max_err", num(r.max_err)},
                          {"reasons", r.reasons},
                          {"error", r.error}});
+  if (background_load > 0) {
+    j["background_load"] = background_load;
+    for (std::size_t i = 0; i < rows.size(); ++i) j["rows"][i]["loaded_median_ms"] = num(rows[i].loaded_ms);
+  }
   return j.dump(2) + "\n";
 }
 
@@ -429,7 +451,7 @@ int bench(const BenchArgs& a) {
                          std::string(dtype_name(r.dtype)) + (r.causal ? " causal" : " non-causal") +
                          (r.pass == Pass::backward ? " backward" : ""));
     try {
-      run_row(r, config, threads, spec.repeats);
+      run_row(r, config, threads, spec.repeats, a.background_load);
       if (sgemm.gflops > 0) r.vs_sgemm = r.gflops / sgemm.gflops;
     } catch (const Error& e) {  // one failing configuration must not lose the rest of the sweep
       r.error = std::string(error_code_name(e.code())) + ": " + e.what();
@@ -438,9 +460,9 @@ int bench(const BenchArgs& a) {
   }
   bar.finish();
 
-  print_table(std::cout, rows, sgemm);
-  if (csv_file >= 0) outs.write(csv_file, csv_text(rows, sgemm));
-  if (json_file >= 0) outs.write(json_file, json_text(rows, sgemm));
+  print_table(std::cout, rows, sgemm, a.background_load);
+  if (csv_file >= 0) outs.write(csv_file, csv_text(rows, sgemm, a.background_load > 0));
+  if (json_file >= 0) outs.write(json_file, json_text(rows, sgemm, a.background_load));
   if (plot_file >= 0)
     plot_rows(a.plot, outs.fd(plot_file), rows, sgemm, spec.causal.size() > 1, spec.dtypes.size() > 1,
               spec.passes.size() > 1);
@@ -476,6 +498,11 @@ Command add_bench_command(CLI::App& root) {
   app->add_option("--threads", a->threads, "OpenMP threads (0 = default)")->check(CLI::NonNegativeNumber);
   app->add_option("--sgemm", a->sgemm, "Size n of the Eigen SGEMM reference row (0 = none)")
       ->check(CLI::NonNegativeNumber);
+  app->add_option(
+         "--background-load", a->background_load,
+         "Also time each row with N busy background processes (killed after it) and report the loaded "
+         "median beside the quiet one")
+      ->check(CLI::Range(0, 64));
   app->add_option("--config", a->config, "YAML library configuration");
   app->add_option("--csv", a->csv, "Also write the rows as CSV");
   app->add_option("--json", a->json, "Also write the rows as JSON");

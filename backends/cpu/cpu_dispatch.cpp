@@ -11,6 +11,7 @@
 #include "attnops/error.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/common/threads.h"
+#include "backends/cpu/call_threads.h"
 #include "backends/cpu/isa.h"
 #include "backends/cpu/tier_kernels.h"
 #include "backends/cpu/tiled_backward.h"
@@ -63,12 +64,14 @@ IsaChoice choice_for(std::optional<Isa> forced) {
   return c;
 }
 
+// assign / append: a RunInfo reused from call to call keeps its strings' capacity.
 void record(RunInfo& run, const IsaChoice& c, const char* path) {
-  run.kernel = std::string(isa_name(c.tier));
-  run.kernel_detail = std::string(path) + "; " + c.detail;
+  run.kernel.assign(isa_name(c.tier));
+  run.kernel_detail.assign(path).append("; ").append(c.detail);
 }
-void record(AttentionBuffers& buffers, const IsaChoice& c, const char* path) {
+void record(AttentionBuffers& buffers, const IsaChoice& c, const char* path, const CallThreads& t) {
   record(buffers.run, c, path);
+  if (!t.detail.empty()) buffers.run.kernel_detail.append("; ").append(t.detail);
 }
 
 // Runs a tier's kernel: the kernels allocate their scratch before any parallel region and throw
@@ -99,23 +102,29 @@ void check_tiled_inputs(const char* where, const AttentionProblem& p, const Bloc
 void run_tiled(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers,
                std::optional<Isa> forced) {
   check_tiled_inputs("cpu tiled_attention", p, map);
-  const IsaChoice c = choice_for(forced);
+  IsaChoice forced_choice;
+  const IsaChoice& c = forced ? (forced_choice = choice_for(forced)) : current_isa_choice();
+  const CallThreads t = call_threads(p, false, !forced);
+  AttentionProblem q = p;  // the kernel reads its thread count from the problem
+  q.num_threads = t.threads;
   record(buffers, c,
-         guarded("cpu tiled_attention", [&] { return tier_kernels(c.tier).tiled(p, map, buffers); }));
+         guarded("cpu tiled_attention", [&] { return tier_kernels(c.tier).tiled(q, map, buffers); }), t);
 }
 
 void run_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads,
                   std::optional<Isa> forced) {
   const AttentionProblem& p = bp.fwd;
   check_tiled_inputs("cpu tiled_backward", p, map);
-  const IsaChoice c = choice_for(forced);
+  IsaChoice forced_choice;
+  const IsaChoice& c = forced ? (forced_choice = choice_for(forced)) : current_isa_choice();
   record(grads.run, c,
          guarded("cpu tiled_backward", [&] { return tier_kernels(c.tier).backward(bp, map, grads); }));
 }
 
 void run_vanilla(const AttentionProblem& p, AttentionBuffers& buffers, std::optional<Isa> forced,
                  const VanillaPlan* plan = nullptr) {
-  const IsaChoice c = choice_for(forced);
+  IsaChoice forced_choice;
+  const IsaChoice& c = forced ? (forced_choice = choice_for(forced)) : current_isa_choice();
   if (p.B == 0 || p.Tq == 0 || p.Hq == 0) return;
   if (p.Tk == 0) {  // nothing to attend to: output stays 0, every lse is -inf
     if (buffers.lse) {
@@ -125,16 +134,20 @@ void run_vanilla(const AttentionProblem& p, AttentionBuffers& buffers, std::opti
     return;
   }
   const TierKernels& k = tier_kernels(c.tier);
-  const int threads = worker_threads(p.num_threads);
   // The decode path cannot return the weights (it never materialises a whole row).
   if (!plan && p.Tq <= kDecodeMaxQ && !p.want_weights) {
-    record(buffers, c, guarded("vanilla cpu", [&] {
-             return k.vanilla_decode(p, buffers, threads, vanilla_decode_splits(p, threads));
-           }));
+    const CallThreads t = call_threads(p, true, !forced);
+    record(
+        buffers, c,
+        guarded("vanilla cpu",
+                [&] { return k.vanilla_decode(p, buffers, t.threads, vanilla_decode_splits(p, t.threads)); }),
+        t);
     return;
   }
-  const VanillaPlan pl = plan ? *plan : vanilla_plan(p, threads);
-  record(buffers, c, guarded("vanilla cpu", [&] { return k.vanilla_general(p, buffers, threads, pl); }));
+  // A caller's plan (tests) fixes the thread count it was made for.
+  const CallThreads t = call_threads(p, false, !forced && !plan);
+  const VanillaPlan pl = plan ? *plan : vanilla_plan(p, t.threads);
+  record(buffers, c, guarded("vanilla cpu", [&] { return k.vanilla_general(p, buffers, t.threads, pl); }), t);
 }
 
 }  // namespace

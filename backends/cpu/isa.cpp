@@ -232,4 +232,23 @@ IsaChoice choose_isa() {
   return c;
 }
 
+const IsaChoice& current_isa_choice() {
+  struct Cached {
+    bool valid = false;
+    bool had_env = false;
+    std::string env;  // the value the choice was made for
+    IsaChoice choice;
+  };
+  thread_local Cached cached;
+  const char* env = std::getenv(kIsaCapEnv);
+  const bool has = env != nullptr;
+  if (!cached.valid || has != cached.had_env || (has && cached.env != env)) {
+    cached.choice = choose_isa();
+    cached.had_env = has;
+    cached.env = has ? env : "";
+    cached.valid = true;
+  }
+  return cached.choice;
+}
+
 }  // namespace attnops::cpu

@@ -66,6 +66,10 @@ struct IsaChoice {
 };
 // Reads ATTNOPS_CPU_ISA on every call (an unknown value is ignored and named in the detail).
 IsaChoice choose_isa();
+// choose_isa() for the kernel calls: the same choice, kept per thread and rebuilt only when
+// ATTNOPS_CPU_ISA's value changes (a call compares the variable with the last value it saw and
+// copies nothing: no allocation per call).
+const IsaChoice& current_isa_choice();
 // With an explicit cap instead of the environment (tests; nullopt = no cap).
 IsaChoice choose_isa_capped(std::optional<Isa> cap);
 

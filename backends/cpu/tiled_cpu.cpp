@@ -22,7 +22,6 @@
 // Parallelism: OpenMP over tasks (batch, q head, q block), sorted by their number of kv blocks
 // (largest first) and handed out dynamically, which balances causal and windowed work. Scratch
 // is allocated once per thread per call and is O(block sizes x head dims): no S x S buffer.
-#include <omp.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -33,6 +32,8 @@
 
 #include "backends/common/block_map_impl.h"
 #include "backends/common/softmax_policy.h"
+#include "backends/common/threads.h"
+#include "backends/common/work_pool.h"
 #include "backends/cpu/micro_kernels.h"
 #include "backends/cpu/simd16.h"
 #include "backends/cpu/tier_entry.h"
@@ -349,7 +350,7 @@ void run_all(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& b
                          static_cast<std::int32_t>(qb), static_cast<std::int32_t>(map.row(h, qb).size())});
   std::stable_sort(tasks.begin(), tasks.end(), [](const Task& a, const Task& c) { return a.cost > c.cost; });
 
-  int nt = std::clamp(p.num_threads > 0 ? p.num_threads : omp_get_max_threads(), 1, max_worker_threads());
+  int nt = worker_threads(p.num_threads);
   nt = static_cast<int>(std::clamp<i64>(static_cast<i64>(tasks.size()), 1, nt));
 #if ATTNOPS_TIER_LEVEL >= 4
   if constexpr (P == Path::amx) x.packed = amx::pack_kv(p, nt);  // K and V^T tiles, once per call
@@ -360,22 +361,27 @@ void run_all(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& b
   scratch.reserve(static_cast<std::size_t>(nt));
   for (int t = 0; t < nt; ++t) scratch.emplace_back(x, P);
 
-  const auto ntasks = static_cast<i64>(tasks.size());
-#pragma omp parallel num_threads(nt)
-  {
-    tiled::Scratch& s = scratch[static_cast<std::size_t>(omp_get_thread_num())];
+  // Tasks handed out one at a time, largest first, to whichever threads run (work_pool.h): each
+  // computes its query block alone, so the result does not depend on which thread took it.
+  struct Ctx {
+    tiled::Ctx& x;
+    tiled::Scratch* scratch;
+    const Task* tasks;
+  } ctx{x, scratch.data(), tasks.data()};
+  run_tasks(
+      nt, static_cast<i64>(tasks.size()),
+      [](void* c, std::int64_t i, int slot) {
+        Ctx& y = *static_cast<Ctx*>(c);
+        const Task& task = y.tasks[i];
 #if ATTNOPS_TIER_LEVEL >= 4
-    if constexpr (P == Path::amx) amx::configure_tiles();  // tile state is per thread
+        if constexpr (P == Path::amx) amx::configure_tiles();  // tile state is per thread
 #endif
-#pragma omp for schedule(dynamic, 1)
-    for (i64 i = 0; i < ntasks; ++i) {
-      const Task& task = tasks[static_cast<std::size_t>(i)];
-      run_task<P>(x, s, task.b, task.h, task.qb);
-    }
+        run_task<P>(y.x, y.scratch[slot], task.b, task.h, task.qb);
 #if ATTNOPS_TIER_LEVEL >= 4
-    if constexpr (P == Path::amx) amx::release_tiles();
+        if constexpr (P == Path::amx) amx::release_tiles();
 #endif
-  }
+      },
+      &ctx);
 }
 
 }  // namespace

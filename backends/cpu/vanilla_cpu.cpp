@@ -30,8 +30,6 @@
 // the region allocates or throws. Non-finite values follow backends/common/softmax_policy.h.
 #include "backends/cpu/vanilla_cpu.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -39,6 +37,7 @@
 #include <vector>
 
 #include "backends/common/softmax_policy.h"
+#include "backends/common/work_pool.h"
 #include "backends/cpu/aligned.h"
 #include "backends/cpu/micro_kernels.h"
 #include "backends/cpu/tier_entry.h"
@@ -375,25 +374,43 @@ const char* vanilla_general_forward(const AttentionProblem& p, AttentionBuffers&
   scratch.reserve(static_cast<std::size_t>(threads));
   for (int t = 0; t < threads; ++t) scratch.push_back(make_scratch(p, pl));
 
-  const i64 G = p.group();
-#pragma omp parallel num_threads(threads)
-  {
-    Scratch& w = scratch[static_cast<std::size_t>(omp_get_thread_num())];
-#pragma omp for schedule(dynamic, 1)
-    for (i64 t = 0; t < pl.tasks; ++t) {
-      const i64 c = t % pl.chunks, gs = (t / pl.chunks) % pl.gslices,
-                hk = (t / (pl.chunks * pl.gslices)) % p.Hkv, b = t / (pl.chunks * pl.gslices * p.Hkv);
-      const i64 i0 = c * pl.qc, nq = std::min(pl.qc, p.Tq - i0), g0 = gs * pl.gc,
-                gn = std::min(pl.gc, G - g0);
-      const i64 M = gn * nq;
-      const Task task{p, buffers, b, hk, g0, i0, nq, M, pl.lanes_over_rows ? round16(M) : M, pl.convert_rows,
-                      w};
-      if (pl.lanes_over_rows)
-        task.run();
-      else
-        task.run_rows();
-    }
-  }
+  // Tasks handed out one at a time to whichever threads run (work_pool.h); each writes its own
+  // rows, so the result does not depend on which thread took it.
+  struct Ctx {
+    const AttentionProblem& p;
+    AttentionBuffers& buffers;
+    const VanillaPlan& pl;
+    Scratch* scratch;
+  } ctx{p, buffers, pl, scratch.data()};
+  run_tasks(
+      threads, pl.tasks,
+      [](void* c, std::int64_t t, int slot) {
+        Ctx& x = *static_cast<Ctx*>(c);
+        const AttentionProblem& p = x.p;
+        const VanillaPlan& pl = x.pl;
+        const i64 G = p.group();
+        const i64 ch = t % pl.chunks, gs = (t / pl.chunks) % pl.gslices,
+                  hk = (t / (pl.chunks * pl.gslices)) % p.Hkv, b = t / (pl.chunks * pl.gslices * p.Hkv);
+        const i64 i0 = ch * pl.qc, nq = std::min(pl.qc, p.Tq - i0), g0 = gs * pl.gc,
+                  gn = std::min(pl.gc, G - g0);
+        const i64 M = gn * nq;
+        const Task task{p,
+                        x.buffers,
+                        b,
+                        hk,
+                        g0,
+                        i0,
+                        nq,
+                        M,
+                        pl.lanes_over_rows ? round16(M) : M,
+                        pl.convert_rows,
+                        x.scratch[slot]};
+        if (pl.lanes_over_rows)
+          task.run();
+        else
+          task.run_rows();
+      },
+      &ctx);
   return pl.lanes_over_rows ? "materialised scores (S^T, lanes over query rows), micro-kernel products"
                             : "materialised scores, row-major (too many keys for the lanes layout)";
 }

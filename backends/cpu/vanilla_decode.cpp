@@ -16,15 +16,16 @@
 // Row r of kv head hk is q head hk * G + r / Tq, query r % Tq (all G q heads of the group share
 // every K and V read). Partial (m, l, acc) of each split are merged afterwards in split order.
 //
-// Scratch is per-tier aligned arrays, not std::vector<float> (see aligned.h).
-#include <omp.h>
-
+// Scratch is carved from one per-thread buffer reused across calls (call_scratch.h); no
+// std::vector<float> in a tier object (see aligned.h).
 #include <algorithm>
 #include <cmath>
-#include <vector>
+#include <memory>
+#include <new>
 
+#include "backends/common/call_scratch.h"
 #include "backends/common/softmax_policy.h"
-#include "backends/cpu/aligned.h"
+#include "backends/common/work_pool.h"
 #include "backends/cpu/tier_entry.h"
 #include "backends/cpu/vanilla_rows.h"
 #include "backends/cpu/vanilla_simd.h"
@@ -50,17 +51,30 @@ struct DecodeJob {
   const AttentionProblem& p;
   i64 G, R, nsplit, tasks;
   // Partial results per (task, kv head, row): unnormalised output [Dv] and (max, sum).
-  AlignedArray<float> part_acc;
-  std::vector<vanilla::OnlineRow> part_state;
+  float* part_acc = nullptr;
+  vanilla::OnlineRow* part_state = nullptr;
 };
 
 // Per-thread scratch, sized once per call.
 struct DecodeScratch {
-  AlignedArray<float> Qs;              // [Hkv][R][D], pre-scaled fp32 queries
-  AlignedArray<float> S;               // [Hkv][R][kBlock] logits, then probabilities
-  std::vector<vanilla::RowMask> rm;    // [Hkv][R]
-  AlignedArray<i64> head_lo, head_hi;  // [Hkv] union of the visible ranges of a head's rows
-  AlignedArray<char> head_active;      // [Hkv] head has visible columns in the current block
+  float* Qs = nullptr;                         // [Hkv][R][D], pre-scaled fp32 queries
+  float* S = nullptr;                          // [Hkv][R][kBlock] logits, then probabilities
+  vanilla::RowMask* rm = nullptr;              // [Hkv][R]
+  i64 *head_lo = nullptr, *head_hi = nullptr;  // [Hkv] union of the visible ranges of a head's rows
+  char* head_active = nullptr;                 // [Hkv] head has visible columns in the current block
+};
+
+// Carves the call's memory out of one buffer (call_scratch.h) in 64-byte aligned pieces; with a
+// null base it only counts the bytes.
+struct Carve {
+  char* base = nullptr;
+  std::size_t used = 0;
+  template <class T>
+  T* take(i64 n) {
+    T* p = base ? reinterpret_cast<T*>(base + used) : nullptr;
+    used += (static_cast<std::size_t>(std::max<i64>(n, 1)) * sizeof(T) + 63) / 64 * 64;
+    return p;
+  }
 };
 
 template <DType DT>
@@ -95,10 +109,10 @@ void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
 
   const float scale = static_cast<float>(p.scale);
   for (i64 hq = 0; hq < p.Hq; ++hq)  // row r of head hk sits at (hk * R + r) * D, r = g * Tq + i
-    vanilla::load_rows_f32(row_ptr(p.q, b, 0, hq), p.dtype, p.q.stride(1), Tq, D, w.Qs.get() + hq * Tq * D, D,
+    vanilla::load_rows_f32(row_ptr(p.q, b, 0, hq), p.dtype, p.q.stride(1), Tq, D, w.Qs + hq * Tq * D, D,
                            scale);
-  float* acc = job.part_acc.get() + t * Hkv * R * Dv;
-  vanilla::OnlineRow* st = job.part_state.data() + t * Hkv * R;
+  float* acc = job.part_acc + t * Hkv * R * Dv;
+  vanilla::OnlineRow* st = job.part_state + t * Hkv * R;
   const i64 es = static_cast<i64>(dtype_size(DT));
   const i64 ldk = p.k.stride(1) * es, ldv = p.v.stride(1) * es;  // bytes between positions
 
@@ -111,8 +125,8 @@ void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
     for (i64 jj = 0; jj < n; ++jj, krow += ldk, vrow += ldv) {
       for (i64 hk = 0; hk < Hkv; ++hk) {
         if (!w.head_active[hk]) continue;
-        vanilla::dot_key<DT>(w.Qs.get() + hk * R * D, D, R, krow + hk * p.k.stride(2) * es, D,
-                             w.S.get() + hk * R * kBlock + jj, kBlock);
+        vanilla::dot_key<DT>(w.Qs + hk * R * D, D, R, krow + hk * p.k.stride(2) * es, D,
+                             w.S + hk * R * kBlock + jj, kBlock);
         // This block's V rows, in address order, while the keys are scored: step 3 below then
         // reads them head by head from cache.
         vanilla::prefetch_bytes(vrow + hk * p.v.stride(2) * es, Dv * es);
@@ -122,7 +136,7 @@ void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
     for (i64 hk = 0; hk < Hkv; ++hk) {
       if (!w.head_active[hk]) continue;
       for (i64 r = 0; r < R; ++r) {
-        float* s = w.S.get() + (hk * R + r) * kBlock;
+        float* s = w.S + (hk * R + r) * kBlock;
         vanilla::finish_logits(p, b, hk * G + r / Tq, r % Tq, w.rm[hk * R + r], j0, j0 + n, s);
         vanilla::online_update(s, n, st[hk * R + r], acc + (hk * R + r) * Dv, Dv);
       }
@@ -132,11 +146,11 @@ void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
     for (i64 hk = 0; hk < Hkv; ++hk) {
       if (!w.head_active[hk]) continue;
       if (p.guard_nonfinite_v)  // a weight-0 key's NaN / inf value must not reach the row
-        vanilla::pv_block<DT, true>(w.S.get() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2) * es,
+        vanilla::pv_block<DT, true>(w.S + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2) * es,
                                     p.v.stride(1), n, Dv, acc + hk * R * Dv, Dv);
       else
-        vanilla::pv_block<DT>(w.S.get() + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2) * es,
-                              p.v.stride(1), n, Dv, acc + hk * R * Dv, Dv);
+        vanilla::pv_block<DT>(w.S + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2) * es, p.v.stride(1),
+                              n, Dv, acc + hk * R * Dv, Dv);
     }
   }
 }
@@ -160,7 +174,7 @@ void merge_row(const DecodeJob& job, AttentionBuffers& buffers, i64 b, i64 hk, i
       if (state(s).m == vanilla::kNegInf) continue;
       const float w = std::exp(state(s).m - M);
       L += state(s).l * w;
-      const float* a = job.part_acc.get() + (((b * job.nsplit + s) * Hkv + hk) * R + r) * Dv;
+      const float* a = job.part_acc + (((b * job.nsplit + s) * Hkv + hk) * R + r) * Dv;
       for (i64 c = 0; c < Dv; ++c) o[c] += w * a[c];
     }
     // The sink takes probability mass (normaliser) but is not part of the lse.
@@ -178,50 +192,77 @@ void merge_row(const DecodeJob& job, AttentionBuffers& buffers, i64 b, i64 hk, i
 
 const char* vanilla_decode_forward(const AttentionProblem& p, AttentionBuffers& buffers, int threads,
                                    std::int64_t splits) {
-  DecodeJob job{p, p.group(), p.group() * p.Tq, splits, 0, {}, {}};
+  DecodeJob job{p, p.group(), p.group() * p.Tq, splits, 0, nullptr, nullptr};
   job.tasks = p.B * job.nsplit;
   const i64 rows = job.tasks * p.Hkv * job.R;
   threads = static_cast<int>(std::clamp<i64>(job.tasks, 1, threads));
-  // Everything is allocated here, before the parallel region: a failure is std::bad_alloc thrown
-  // to the dispatch (an Error(out_of_memory) there), never an exception inside OpenMP. Nothing in
-  // the region allocates or throws.
-  job.part_acc = aligned_array<float>(rows * p.Dv);
-  std::fill(job.part_acc.get(), job.part_acc.get() + rows * p.Dv, 0.f);
-  job.part_state.assign(static_cast<std::size_t>(rows), vanilla::OnlineRow{});
-  std::vector<DecodeScratch> scratch(static_cast<std::size_t>(threads));
-  for (DecodeScratch& w : scratch) {
-    w.Qs = aligned_array<float>(p.Hq * p.Tq * p.D);
-    w.S = aligned_array<float>(p.Hkv * job.R * kBlock);
-    w.rm.resize(static_cast<std::size_t>(p.Hkv * job.R));
-    w.head_lo = aligned_array<i64>(p.Hkv);
-    w.head_hi = aligned_array<i64>(p.Hkv);
-    w.head_active = aligned_array<char>(p.Hkv);
-  }
-  AlignedArray<float> merged = aligned_array<float>(threads * p.Dv);
-
-#pragma omp parallel num_threads(threads)
-  {
-    DecodeScratch& w = scratch[static_cast<std::size_t>(omp_get_thread_num())];
-#pragma omp for schedule(dynamic, 1)
-    for (i64 t = 0; t < job.tasks; ++t) {
-      switch (p.dtype) {
-        case DType::f16:
-          run_task<DType::f16>(job, w, t);
-          break;
-        case DType::bf16:
-          run_task<DType::bf16>(job, w, t);
-          break;
-        default:
-          run_task<DType::f32>(job, w, t);
-          break;
-      }
+  // All of the call's memory is one per-thread buffer reused from call to call (call_scratch.h:
+  // a warmed-up decode step allocates nothing), taken here, before the tasks run: a failure is
+  // std::bad_alloc thrown to the dispatch (an Error(out_of_memory) there). Nothing in a task
+  // allocates or throws.
+  DecodeScratch* scratch = nullptr;
+  float* merged = nullptr;
+  i64* remaining = nullptr;
+  const auto carve = [&](Carve& c) {
+    job.part_acc = c.take<float>(rows * p.Dv);
+    job.part_state = c.take<vanilla::OnlineRow>(rows);
+    scratch = c.take<DecodeScratch>(threads);
+    for (int t = 0; t < threads; ++t) {
+      DecodeScratch w;
+      w.Qs = c.take<float>(p.Hq * p.Tq * p.D);
+      w.S = c.take<float>(p.Hkv * job.R * kBlock);
+      w.rm = c.take<vanilla::RowMask>(p.Hkv * job.R);
+      w.head_lo = c.take<i64>(p.Hkv);
+      w.head_hi = c.take<i64>(p.Hkv);
+      w.head_active = c.take<char>(p.Hkv);
+      if (scratch) new (&scratch[t]) DecodeScratch(w);  // trivially copyable: the storage is raw
     }
+    merged = c.take<float>(threads * p.Dv);
+    remaining = c.take<i64>(p.B);
+  };
+  Carve count;
+  carve(count);
+  Carve real{static_cast<char*>(call_scratch(count.used)), 0};
+  carve(real);
+  std::fill(job.part_acc, job.part_acc + rows * p.Dv, 0.f);
+  std::uninitialized_fill(job.part_state, job.part_state + rows, vanilla::OnlineRow{});
+  // Splits of each batch still running: the task that finishes a batch's last split merges that
+  // batch (in split order, so the result depends on the split count alone), with no barrier
+  // between the partials and the merge for a descheduled thread to hold up.
+  std::fill(remaining, remaining + p.B, job.nsplit);
 
-    float* o = merged.get() + omp_get_thread_num() * p.Dv;
-#pragma omp for schedule(static)
-    for (i64 pair = 0; pair < p.B * p.Hkv; ++pair)
-      for (i64 r = 0; r < job.R; ++r) merge_row(job, buffers, pair / p.Hkv, pair % p.Hkv, r, o);
-  }
+  struct Ctx {
+    DecodeJob& job;
+    AttentionBuffers& buffers;
+    DecodeScratch* scratch;
+    float* merged;
+    i64* remaining;
+  } ctx{job, buffers, scratch, merged, remaining};
+  run_tasks(
+      threads, job.tasks,
+      [](void* c, std::int64_t t, int slot) {
+        Ctx& x = *static_cast<Ctx*>(c);
+        const AttentionProblem& q = x.job.p;
+        DecodeScratch& w = x.scratch[slot];
+        switch (q.dtype) {
+          case DType::f16:
+            run_task<DType::f16>(x.job, w, t);
+            break;
+          case DType::bf16:
+            run_task<DType::bf16>(x.job, w, t);
+            break;
+          default:
+            run_task<DType::f32>(x.job, w, t);
+            break;
+        }
+        const i64 b = t / x.job.nsplit;
+        // acq_rel: the last one sees every other split's partials of batch b.
+        if (__atomic_sub_fetch(&x.remaining[b], 1, __ATOMIC_ACQ_REL) != 0) return;
+        float* o = x.merged + slot * q.Dv;
+        for (i64 hk = 0; hk < q.Hkv; ++hk)
+          for (i64 r = 0; r < x.job.R; ++r) merge_row(x.job, x.buffers, b, hk, r, o);
+      },
+      &ctx);
   return "decode: K/V streamed once, kv split across threads";
 }
 

@@ -1,0 +1,195 @@
+// The CPU kernels' thread pool (see work_pool.h for why it is not an OpenMP region).
+//
+// One call at a time owns the pool (busy_). A call publishes its job under mu_: the function,
+// the context, the task count and a new generation g; next_ holds (g << 32 | next task index),
+// so a worker still holding an older generation can never claim a task of this call (its
+// compare-exchange fails on the generation bits) and never touches this call's context. A
+// worker joins a call under mu_ (taking a slot, if one is left), then claims tasks with a
+// compare-exchange on next_ until none is left; the thread that completes the last task wakes
+// the caller. The caller claims tasks the same way, then waits only for tasks already claimed.
+#include "backends/common/work_pool.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+
+namespace attnops {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How long an idle worker polls for the next call before it sleeps, and how long the caller polls
+// for the last tasks before it sleeps. Short: a decode step's calls come back to back (a worker
+// that polls catches the next one without a futex wake-up, ~5-20 us), but an idle process burns
+// at most this much CPU per worker after its last call.
+constexpr auto kSpin = std::chrono::microseconds(30);
+
+// A stalled call: the caller ran out of tasks and then waited more than kStallMin, and more than a
+// quarter of its own working time, for a task a worker had claimed: the worker was descheduled in
+// the middle of it (a busy machine). The next kSoloCalls calls then run on the caller alone (the
+// results do not change: no kernel's result depends on which or how many threads run its tasks),
+// and the one after probes the workers again. A quiet machine never waits that long (a task takes
+// well under a millisecond on the small calls where a stall would matter), and a large call,
+// where one scheduler slice is small beside the work, keeps its threads.
+constexpr auto kStallMin = std::chrono::microseconds(500);
+constexpr int kSoloCalls = 128;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+
+class Pool {
+ public:
+  void run(int threads, std::int64_t tasks, TaskFn fn, void* ctx) {
+    bool expected = false;
+    if (threads <= 1 || tasks <= 1 || tasks > 0xffffffffLL || solo_calls_left() ||
+        !busy_.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
+      for (std::int64_t i = 0; i < tasks; ++i) fn(ctx, i, 0);  // alone (or the pool is in use)
+      return;
+    }
+    std::uint32_t g = 0;
+    {
+      std::lock_guard lock(mu_);
+      g = ++gen_;
+      fn_ = fn;
+      ctx_ = ctx;
+      tasks_ = tasks;
+      max_slots_ = threads;
+      slots_taken_ = 1;  // slot 0: the caller
+      done_.store(0, std::memory_order_relaxed);
+      next_.store(std::uint64_t{g} << 32, std::memory_order_relaxed);
+      published_.store(g, std::memory_order_release);
+      start_workers(threads - 1);
+    }
+    wake_.notify_all();
+
+    const auto start = Clock::now();
+    work(g, tasks, fn, ctx, 0);
+    if (done_.load(std::memory_order_acquire) != tasks) {
+      const auto t0 = Clock::now();
+      while (done_.load(std::memory_order_acquire) != tasks && Clock::now() - t0 < kSpin) cpu_relax();
+      if (done_.load(std::memory_order_acquire) != tasks) {
+        std::unique_lock lock(mu_);
+        finished_.wait(lock, [&] { return done_.load(std::memory_order_acquire) == tasks; });
+      }
+      const auto waited = Clock::now() - t0;
+      if (waited > kStallMin && waited * 8 > t0 - start) solo_.store(kSoloCalls, std::memory_order_relaxed);
+    }
+    busy_.store(false, std::memory_order_release);
+  }
+
+  // Counts down the calls left to run alone after a stall (see kStallMin).
+  bool solo_calls_left() {
+    int n = solo_.load(std::memory_order_relaxed);
+    while (n > 0)
+      if (solo_.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) return true;
+    return false;
+  }
+
+  int workers() {
+    std::lock_guard lock(mu_);
+    return workers_;
+  }
+
+ private:
+  // Claims the next task of generation g, if any is left.
+  bool claim(std::uint32_t g, std::int64_t tasks, std::int64_t& task) {
+    std::uint64_t v = next_.load(std::memory_order_relaxed);
+    for (;;) {
+      if ((v >> 32) != g || static_cast<std::int64_t>(v & 0xffffffffu) >= tasks) return false;
+      if (next_.compare_exchange_weak(v, v + 1, std::memory_order_relaxed)) {
+        task = static_cast<std::int64_t>(v & 0xffffffffu);
+        return true;
+      }
+    }
+  }
+
+  void work(std::uint32_t g, std::int64_t tasks, TaskFn fn, void* ctx, int slot) {
+    std::int64_t task = 0;
+    while (claim(g, tasks, task)) {
+      fn(ctx, task, slot);
+      // Release: the task's outputs are visible to whoever sees the count (the caller).
+      if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == tasks && slot != 0) {
+        std::lock_guard lock(mu_);  // the caller checks the count under mu_ before it sleeps
+        finished_.notify_all();
+      }
+    }
+  }
+
+  // Under mu_. A thread that cannot be started is not an error: the call runs on fewer.
+  void start_workers(int want) {
+    while (workers_ < want) {
+      try {
+        std::thread([this] { worker_loop(); }).detach();
+      } catch (...) {
+        return;
+      }
+      ++workers_;
+    }
+  }
+
+  [[noreturn]] void worker_loop() {
+    std::uint32_t seen = published_.load(std::memory_order_acquire);
+    for (;;) {
+      const auto t0 = Clock::now();
+      while (published_.load(std::memory_order_acquire) == seen && Clock::now() - t0 < kSpin) cpu_relax();
+      std::uint32_t g = 0;
+      std::int64_t tasks = 0;
+      TaskFn fn = nullptr;
+      void* ctx = nullptr;
+      int slot = 0;
+      {
+        std::unique_lock lock(mu_);
+        wake_.wait(lock, [&] { return published_.load(std::memory_order_relaxed) != seen; });
+        seen = gen_;
+        if (slots_taken_ >= max_slots_) continue;  // enough threads on this call already
+        slot = slots_taken_++;
+        g = gen_, tasks = tasks_, fn = fn_, ctx = ctx_;
+      }
+      work(g, tasks, fn, ctx, slot);
+    }
+  }
+
+  std::atomic<bool> busy_{false};
+  std::atomic<int> solo_{0};  // calls left to run on the caller alone after a stall
+  std::mutex mu_;
+  std::condition_variable wake_, finished_;
+  std::atomic<std::uint32_t> published_{0};  // == gen_, readable without mu_ (polling)
+  std::atomic<std::uint64_t> next_{0};       // generation << 32 | next task index
+  std::atomic<std::int64_t> done_{0};        // tasks of the current call completed
+  // Under mu_:
+  std::uint32_t gen_ = 0;
+  TaskFn fn_ = nullptr;
+  void* ctx_ = nullptr;
+  std::int64_t tasks_ = 0;
+  int max_slots_ = 0, slots_taken_ = 0, workers_ = 0;
+};
+
+// Never destroyed: the workers sleep on its condition variable until the process exits (no
+// thread teardown in static destructors).
+Pool& pool() {
+  static Pool* p = new Pool;
+  return *p;
+}
+
+}  // namespace
+
+void run_tasks(int threads, std::int64_t tasks, TaskFn fn, void* ctx) {
+  if (tasks <= 0) return;
+  pool().run(threads, tasks, fn, ctx);
+}
+
+int pool_workers() {
+  return pool().workers();
+}
+
+}  // namespace attnops

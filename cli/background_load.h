@@ -1,0 +1,32 @@
+// `attnops bench --background-load N`: N busy child processes (`yes > /dev/null` each, or a
+// spinning loop where `yes` cannot be run) for the loaded half of each row, so the quiet and loaded medians
+// of the same build come from one command (issue 21: a library whose second thread waits for a descheduled
+// worker is 100x slower on a busy machine; this is how to see it).
+//
+// The children are killed (SIGKILL) and reaped by the destructor, on success and on an error
+// alike; if the bench process dies by a signal, the kernel kills them (PR_SET_PDEATHSIG), and
+// they ignore nothing: SIGINT / SIGTERM / SIGHUP take their default action (not the parent's
+// cleanup handler, which would unlink the parent's temporaries).
+#pragma once
+
+#include <sys/types.h>
+
+#include <vector>
+
+namespace attnops::cli {
+
+class BackgroundLoad {
+ public:
+  explicit BackgroundLoad(int n);  // Error(io_error) if a process cannot be started
+  ~BackgroundLoad();
+  BackgroundLoad(const BackgroundLoad&) = delete;
+  BackgroundLoad& operator=(const BackgroundLoad&) = delete;
+
+  int size() const { return static_cast<int>(children_.size()); }
+
+ private:
+  void stop() noexcept;
+  std::vector<pid_t> children_;
+};
+
+}  // namespace attnops::cli

@@ -1,0 +1,83 @@
+// Through the public API on the cpu backend: a decode or prefill too small to pay for a second
+// thread runs on one and the decision's kernel_detail says so (backends/cpu/call_threads.h); a
+// large one keeps the threads asked for; and each thread count gives bitwise the same result
+// call after call (the pool hands tasks to whichever thread runs, the result must not care).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "attnops/attnops.h"
+#include "tests/support/testing.h"
+
+namespace attnops::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct Inputs {
+  Tensor q, k, v;
+};
+
+Inputs inputs(std::int64_t Tq, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv, std::int64_t D) {
+  return {random_tensor(DType::f32, {1, Tq, Hq, D}, 1), random_tensor(DType::f32, {1, Tk, Hkv, D}, 2),
+          random_tensor(DType::f32, {1, Tk, Hkv, D}, 3)};
+}
+
+AttentionOutput run(const char* op, const Inputs& in, int threads) {
+  OperationMetadata md;
+  md.backends = {Backend::cpu};
+  md.disabled_backends = {Backend::gpu};
+  md.num_threads = threads;
+  AttentionOptions o;
+  o.return_lse = true;
+  return registry().get(op, md)(in.q, in.k, in.v, o);
+}
+
+TEST(SmallCalls, TinyDecodeRunsOnOneThreadAndTheDecisionSaysWhy) {
+  const AttentionOutput out = run("vanilla", inputs(1, 128, 8, 8, 64), 2);  // 0.5 MiB of K/V
+  ASSERT_EQ(out.decision.backend, Backend::cpu);
+  EXPECT_THAT(out.decision.run.kernel_detail, HasSubstr("threads 1 of 2: small call (0.50 MiB of K/V"));
+  EXPECT_THAT(out.decision.to_json(), HasSubstr("small call"));
+}
+
+TEST(SmallCalls, TinyPrefillRunsOnOneThread) {
+  const AttentionOutput out = run("flash_attn2", inputs(128, 128, 2, 2, 16), 2);  // ~2.1 MFLOP dense
+  EXPECT_THAT(out.decision.run.kernel_detail, HasSubstr("threads 1 of 2: small call"));
+}
+
+TEST(SmallCalls, LargeCallsKeepTheirThreadsAndOneThreadSaysNothing) {
+  const Inputs decode = inputs(1, 2048, 8, 8, 64);  // 8 MiB of K/V: 2 threads
+  EXPECT_THAT(run("vanilla", decode, 2).decision.run.kernel_detail, Not(HasSubstr("small call")));
+  EXPECT_THAT(run("vanilla", decode, 1).decision.run.kernel_detail, Not(HasSubstr("small call")));
+  const Inputs prefill = inputs(256, 256, 4, 2, 64);
+  EXPECT_THAT(run("flash_attn2", prefill, 2).decision.run.kernel_detail, Not(HasSubstr("small call")));
+}
+
+void expect_bitwise_repeatable(const char* op, const Inputs& in, int threads) {
+  const AttentionOutput a = run(op, in, threads);
+  ASSERT_THAT(a.decision.run.kernel_detail, Not(HasSubstr("small call")));
+  for (int rep = 0; rep < 4; ++rep) {
+    const AttentionOutput b = run(op, in, threads);
+    EXPECT_EQ(
+        std::memcmp(a.attention_outputs.data(), b.attention_outputs.data(), a.attention_outputs.nbytes()), 0)
+        << op << " threads " << threads << " rep " << rep;
+    EXPECT_EQ(std::memcmp(a.lse->data(), b.lse->data(), a.lse->nbytes()), 0) << op << " threads " << threads;
+  }
+}
+
+TEST(SmallCalls, EachThreadCountIsBitwiseRepeatable) {
+  const Inputs decode = inputs(1, 4500, 8, 2, 64);    // 4.4 MiB: split kv, merged by the last split's thread
+  const Inputs prefill = inputs(256, 256, 4, 2, 64);  // tiled
+  const Inputs ragged = inputs(200, 200, 4, 2, 64);   // vanilla general (Tq % 128 != 0)
+  for (int threads : {2, 3}) {
+    expect_bitwise_repeatable("vanilla", decode, threads);
+    expect_bitwise_repeatable("flash_attn2", prefill, threads);
+    expect_bitwise_repeatable("blocksparse", ragged, threads);
+  }
+}
+
+}  // namespace
+}  // namespace attnops::testing

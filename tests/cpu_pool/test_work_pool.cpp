@@ -1,0 +1,117 @@
+// run_tasks (backends/common/work_pool.h): every task runs exactly once, slots stay below the
+// thread count and are never shared by two threads at once, calls from several threads and calls
+// nested in a task are safe, and the pool never starts more workers than threads - 1.
+#include <gtest/gtest.h>
+#include <time.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#include "backends/common/work_pool.h"
+
+namespace attnops {
+namespace {
+
+struct Count {
+  std::vector<std::atomic<int>> runs;
+  std::vector<std::atomic<int>> in_slot;  // threads inside a task with this slot right now
+  int threads = 0;
+  std::atomic<int> bad_slot{0}, shared_slot{0};
+  Count(std::int64_t tasks, int t)
+      : runs(static_cast<std::size_t>(tasks)), in_slot(static_cast<std::size_t>(t)), threads(t) {}
+};
+
+void count_task(void* c, std::int64_t task, int slot) {
+  Count& x = *static_cast<Count*>(c);
+  if (slot < 0 || slot >= x.threads) {
+    x.bad_slot.fetch_add(1);
+    return;
+  }
+  if (x.in_slot[static_cast<std::size_t>(slot)].fetch_add(1) != 0) x.shared_slot.fetch_add(1);
+  volatile double s = 0;  // a little work, so that workers join
+  for (int i = 0; i < 2000; ++i) s = s + i * 0.5;
+  x.runs[static_cast<std::size_t>(task)].fetch_add(1);
+  x.in_slot[static_cast<std::size_t>(slot)].fetch_sub(1);
+}
+
+void expect_each_once(const Count& c) {
+  EXPECT_EQ(c.bad_slot.load(), 0);
+  EXPECT_EQ(c.shared_slot.load(), 0);
+  for (std::size_t i = 0; i < c.runs.size(); ++i) ASSERT_EQ(c.runs[i].load(), 1) << "task " << i;
+}
+
+TEST(WorkPool, EveryTaskRunsOnceWithSlotsBelowTheThreadCount) {
+  for (int threads : {1, 2, 3}) {
+    for (std::int64_t tasks : {0, 1, 2, 7, 100}) {
+      for (int rep = 0; rep < 20; ++rep) {
+        Count c(tasks, threads);
+        run_tasks(threads, tasks, count_task, &c);
+        expect_each_once(c);
+      }
+    }
+  }
+  EXPECT_LE(pool_workers(), 2);  // threads - 1 for the largest call
+}
+
+TEST(WorkPool, CallsFromSeveralThreadsAtOnce) {
+  std::vector<std::thread> callers;
+  std::atomic<int> failures{0};
+  for (int t = 0; t < 3; ++t)
+    callers.emplace_back([&] {
+      for (int rep = 0; rep < 50; ++rep) {
+        Count c(31, 2);
+        run_tasks(2, 31, count_task, &c);
+        for (auto& r : c.runs)
+          if (r.load() != 1) failures.fetch_add(1);
+        if (c.bad_slot.load() || c.shared_slot.load()) failures.fetch_add(1);
+      }
+    });
+  for (auto& t : callers) t.join();
+  EXPECT_EQ(failures.load(), 0);
+}
+
+struct Nested {
+  std::vector<std::atomic<int>> runs;
+  explicit Nested(std::size_t n) : runs(n) {}
+};
+
+TEST(WorkPool, ACallInsideATaskRunsOnItsOwnThread) {
+  Nested outer(8 * 5);
+  run_tasks(
+      2, 8,
+      [](void* c, std::int64_t task, int) {
+        auto inner = [](void* d, std::int64_t i, int slot) {
+          auto* n = static_cast<std::pair<Nested*, std::int64_t>*>(d);
+          if (slot == 0) n->first->runs[static_cast<std::size_t>(n->second * 5 + i)].fetch_add(1);
+        };
+        std::pair<Nested*, std::int64_t> ctx{static_cast<Nested*>(c), task};
+        run_tasks(2, 5, inner, &ctx);
+      },
+      &outer);
+  for (std::size_t i = 0; i < outer.runs.size(); ++i) EXPECT_EQ(outer.runs[i].load(), 1) << i;
+}
+
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// The workers poll for kSpin (tens of microseconds) after a call, then sleep: a process whose
+// calls stopped uses no CPU. (Not a timing of the kernels: a worker that kept spinning would use
+// the whole 300 ms of the sleep, the bound is a tenth of that.)
+TEST(WorkPool, IdleWorkersSleep) {
+  Count c(64, 3);
+  run_tasks(3, 64, count_task, &c);
+  expect_each_once(c);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the polling
+  const double t0 = process_cpu_seconds();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LT(process_cpu_seconds() - t0, 0.03);
+}
+
+}  // namespace
+}  // namespace attnops
