@@ -37,6 +37,13 @@ struct PipelineKey {
   auto operator<=>(const PipelineKey&) const = default;
 };
 
+// The pipeline cache file's bytes to seed a device's VkPipelineCache with, or nothing: read with
+// a bound (kMaxPipelineCacheBytes) and only from a regular file; a file that cannot be used is
+// treated as absent with a warning on stderr, data of another device or driver silently
+// (vk_pipelines.cpp).
+inline constexpr std::size_t kMaxPipelineCacheBytes = std::size_t{64} << 20;
+std::string pipeline_cache_seed(const std::string& path, const PhysicalDevice& pd);
+
 class Device {
  public:
   // Descriptor bindings 0..kBindings-1 (storage buffers) of the one set layout every pipeline

@@ -72,6 +72,10 @@ struct PhysicalDevice {
   GpuDeviceInfo info;  // qualifies / why_not filled in by list_devices()
   DeviceCaps caps;
   std::uint32_t api_version = 0;
+  // Identity of the device and its driver: the pipeline cache's header
+  // (VkPipelineCacheHeaderVersionOne) and the self-check cache are keyed by them.
+  std::uint32_t vendor_id = 0, device_id = 0, driver_version = 0;
+  std::uint8_t cache_uuid[16] = {};
   std::uint32_t compute_family = UINT32_MAX;  // UINT32_MAX: no compute queue
   std::vector<std::string> extensions;        // device extensions the driver offers
   bool has_extension(const char* name) const;

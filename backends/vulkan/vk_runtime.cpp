@@ -76,22 +76,26 @@ std::shared_ptr<Device> device(const GpuSettings& settings) {
   std::string why;
   const int index = select_locked(rt, settings, &why);
   if (index < 0) throw Error(ErrorCode::backend_unavailable, why);
-  std::shared_ptr<Device>& slot = rt.devices[index];
-  if (slot) {
-    std::lock_guard<std::mutex> dlock(slot->mutex());
-    if (slot->lost()) {
-      slot->shutdown();  // legal after a loss; its device tensors now fail with gpu_error
-      slot.reset();
+  if (auto it = rt.devices.find(index); it != rt.devices.end()) {
+    {
+      std::lock_guard<std::mutex> dlock(it->second->mutex());
+      if (!it->second->lost()) return it->second;
+      it->second->shutdown();  // legal after a loss; its device tensors now fail with gpu_error
     }
+    rt.devices.erase(it);
   }
-  if (!slot) slot = std::make_shared<Device>(rt.inst->devices()[static_cast<std::size_t>(index)], settings);
-  return slot;
+  // The map holds only devices that were created: a creation that throws (out of memory, a
+  // driver error) leaves no entry behind for release() to trip over.
+  auto dev = std::make_shared<Device>(rt.inst->devices()[static_cast<std::size_t>(index)], settings);
+  rt.devices.emplace(index, dev);
+  return dev;
 }
 
 void release() {
   Runtime& rt = state();
   std::lock_guard<std::mutex> lock(rt.mu);
   for (auto& [index, dev] : rt.devices) {
+    if (!dev) continue;
     std::lock_guard<std::mutex> dlock(dev->mutex());
     dev->shutdown();
   }
