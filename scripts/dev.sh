@@ -22,7 +22,7 @@ jobs=${ATTNOPS_JOBS:-$(nproc)}
 # shaders; mesa-vulkan-drivers (lavapipe) and the validation layers let the GPU suite run on CPUs.
 deps=(cmake ninja-build g++ pkg-config
       libeigen3-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
+      libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
       libcli11-dev nlohmann-json3-dev python3-numpy gnuplot-nox)
 # The fuzz targets need clang with libFuzzer and its OpenMP (the sanitizer builds use g++'s own runtimes).
 fuzz_deps=(clang-14 libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev)

@@ -283,6 +283,7 @@ void launch_backward(const BackwardProblem& bp, const GpuSettings& settings, Gra
                       std::to_string(kTile) + " tiles, DMAX " + std::to_string(dmax) +
                       (pc.loop_b || pc.loop_h ? ", broadcast dbias summed per key invocation" : "") +
                       (dev->direct_access() ? ", device memory mapped (no copies)" : ", staged copies") +
+                      ", float controls: " + (dev->float_controls().empty() ? "none" : dev->float_controls()) +
                       " on " + pd.info.name;
   run.inputs = "host";
   run.output = "host";

@@ -161,9 +161,18 @@ PhysicalDevice describe_device(VkInstance inst, VkPhysicalDevice h, int index) {
       tail = &sm.pNext;
     }
     if (pd.has_extension(VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME)) *tail = &amd;
+    auto fcp = make<VkPhysicalDeviceFloatControlsProperties>(
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES);
+    fcp.pNext = &subgroup;
     auto props2 = make<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2);
-    props2.pNext = &subgroup;
+    props2.pNext = &fcp;
     vkGetPhysicalDeviceProperties2(h, &props2);
+    c.float_controls.signed_zero_inf_nan_16 = fcp.shaderSignedZeroInfNanPreserveFloat16 == VK_TRUE;
+    c.float_controls.signed_zero_inf_nan_32 = fcp.shaderSignedZeroInfNanPreserveFloat32 == VK_TRUE;
+    c.float_controls.rte_16 = fcp.shaderRoundingModeRTEFloat16 == VK_TRUE;
+    c.float_controls.rte_32 = fcp.shaderRoundingModeRTEFloat32 == VK_TRUE;
+    c.float_controls.rounding_independent =
+        fcp.roundingModeIndependence != VK_SHADER_FLOAT_CONTROLS_INDEPENDENCE_NONE;
     c.subgroup_size = subgroup.subgroupSize;
     c.subgroup_ops = subgroup.supportedOperations;
     c.subgroup_ops_compute = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;

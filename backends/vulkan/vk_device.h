@@ -76,6 +76,9 @@ class Device {
   VkPipelineLayout pipeline_layout() const { return pipeline_layout_.get(); }
   // Writes the pipeline cache to `path` when it holds pipelines not yet written there.
   void persist_cache(const std::string& path);
+  // The float controls declared on the attention modules created so far (vk_spirv.h), e.g.
+  // "SignedZeroInfNanPreserve 32", or empty (none supported, ATTNOPS_VK_FLOAT_CONTROLS=0).
+  const std::string& float_controls() const { return float_controls_; }
 
   // Memory.
   MemoryPool& memory() { return *memory_; }
@@ -119,6 +122,7 @@ class Device {
   std::string saved_path_;
   bool cache_dirty_ = false;
   std::vector<Owned<VkShaderModule>> modules_;  // by ShaderId, created on first use
+  std::string float_controls_;
   std::map<PipelineKey, Owned<VkPipeline>> pipelines_;
   std::unique_ptr<MemoryPool> memory_, staging_pool_;
   std::unique_ptr<StagingRing> staging_;

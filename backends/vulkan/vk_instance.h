@@ -11,6 +11,7 @@
 #include "attnops/host.h"
 #include "attnops/metadata.h"
 #include "backends/vulkan/vk_device_desc.h"
+#include "backends/vulkan/vk_spirv.h"
 #include "backends/vulkan/vk_util.h"
 #include "backends/vulkan/vulkan_debug.h"
 
@@ -50,6 +51,7 @@ struct DeviceCaps {
   // Arithmetic and storage types (enabled when present).
   bool shader_float16 = false, shader_int8 = false, storage_16bit = false, storage_8bit = false;
   bool vulkan_memory_model = false;  // feature vulkanMemoryModel (the cooperative-matrix kernels)
+  FloatControls float_controls;      // VkPhysicalDeviceFloatControlsProperties (vk_spirv.h)
   bool shader_bf16 = false;          // VK_KHR_shader_bfloat16 listed (reported; no kernel uses it yet)
   // Cooperative matrices (extension enabled with its feature when present).
   bool coopmat_khr = false, coopmat_nv = false;

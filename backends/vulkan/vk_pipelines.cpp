@@ -95,9 +95,16 @@ VkPipeline Device::pipeline(const PipelineKey& key) {
     if (blob.words == 0)  // an optional shader this build's glslc could not compile
       throw Error(ErrorCode::unsupported_feature,
                   std::string("Vulkan: shader ") + blob.name + " is not compiled into this build");
+    // The float controls the device supports, declared on the module (vk_spirv.h).
+    FloatControls fc = pd_.caps.float_controls;
+    if (const std::string v = env_string("ATTNOPS_VK_FLOAT_CONTROLS"); v == "0" || v == "off")
+      fc = FloatControls{};
+    std::string declared;
+    const std::vector<std::uint32_t> code = with_float_controls(blob.code, blob.words, fc, &declared);
+    if (!declared.empty() && key.shader != ShaderId::sgemm) float_controls_ = declared;
     auto sci = make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
-    sci.codeSize = blob.words * sizeof(std::uint32_t);
-    sci.pCode = blob.code;
+    sci.codeSize = code.size() * sizeof(std::uint32_t);
+    sci.pCode = code.data();
     VkShaderModule mod = VK_NULL_HANDLE;
     check(vkCreateShaderModule(device_, &sci, nullptr, &mod), "vkCreateShaderModule");
     modules_[id] = Owned<VkShaderModule>(device_, mod, vkDestroyShaderModule);
