@@ -176,6 +176,9 @@ std::optional<Reason> limits_reason(Kernel kernel, const AttentionProblem& p, co
     if (bytes > range)
       return feature(std::string(name) + " needs " + mib(bytes) +
                      ", over the device's maxStorageBufferRange (" + mib(range) + ")");
+    if (bytes > caps.max_allocation)
+      return feature(std::string(name) + " needs " + mib(bytes) +
+                     ", over the device's maxMemoryAllocationSize (" + mib(caps.max_allocation) + ")");
     if (bytes / 2 > static_cast<std::uint64_t>(kIntMax))  // 16-bit element indices must fit in an int
       return feature(std::string(name) + " has more than 2^31 elements");
   }
@@ -200,8 +203,9 @@ std::optional<Reason> limits_reason(Kernel kernel, const AttentionProblem& p, co
       return feature(std::string("dispatch of (") + std::to_string(step.groups[0]) + ", " +
                      std::to_string(step.groups[1]) + ", " + std::to_string(step.groups[2]) +
                      ") workgroups of " + step.label + " exceeds maxComputeWorkGroupCount (" +
-                     std::to_string(caps.max_group_count[0]) + ", " + std::to_string(caps.max_group_count[1]) +
-                     ", " + std::to_string(caps.max_group_count[2]) + ")");
+                     std::to_string(caps.max_group_count[0]) + ", " +
+                     std::to_string(caps.max_group_count[1]) + ", " +
+                     std::to_string(caps.max_group_count[2]) + ")");
   }
   if (sel.variant == Variant::flash_rowwise &&
       (kBlockQ > caps.max_invocations || kBlockQ > caps.max_group_size[0]))

@@ -148,6 +148,9 @@ std::optional<Reason> backward_limits_reason(const BackwardProblem& bp, const rt
     if (bytes > range)
       return feature(std::string(name) + " needs " + mib(bytes) +
                      ", over the device's maxStorageBufferRange (" + mib(range) + ")");
+    if (bytes > pd.caps.max_allocation)
+      return feature(std::string(name) + " needs " + mib(bytes) +
+                     ", over the device's maxMemoryAllocationSize (" + mib(pd.caps.max_allocation) + ")");
     if (bytes / 2 > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
       return feature(std::string(name) + " has more than 2^31 elements");
   }

@@ -132,12 +132,26 @@ void Batch::dispatch(const PipelineKey& key, const std::vector<Binding>& binding
   const VkDescriptorSet set = dev_.descriptor_set(dispatches_);
   VkDescriptorBufferInfo infos[Device::kBindings];
   VkWriteDescriptorSet writes[Device::kBindings];
+  // A binding covers what its slice holds (rounded up to its class, or its own block) past the
+  // offset, up to maxStorageBufferRange; what the kernel uses (the bytes asked for) must fit the
+  // range. The gates refuse larger buffers before anything runs (vk_attention.cpp,
+  // vk_backward.cpp), so a binding over it here is a bug reported as gpu_error (the next backend
+  // runs), never a range clamped silently under the kernel.
   const VkDeviceSize max_range = dev_.caps().max_storage_buffer_range;
+  const VkDeviceSize planning_range = debug::max_buffer_bytes() > 0
+                                          ? std::min<VkDeviceSize>(max_range, debug::max_buffer_bytes())
+                                          : max_range;
   for (std::uint32_t b = 0; b < Device::kBindings; ++b) {
     const Binding& bd = b < bindings.size() ? bindings.begin()[b] : Binding(dev_.dummy());
     const Slice& s = bd.slice.valid() ? bd.slice : dev_.dummy();
-    VkDeviceSize range = bd.size > 0 ? bd.size : s.size - bd.offset;
-    infos[b] = {s.buffer, s.offset + bd.offset, std::min(range, max_range)};
+    const VkDeviceSize held = bd.size > 0 ? bd.size : s.size - bd.offset;
+    const VkDeviceSize used = bd.size > 0 ? bd.size : (s.bytes > bd.offset ? s.bytes - bd.offset : held);
+    if (used > planning_range)
+      throw Error(ErrorCode::gpu_error, std::string("Vulkan: binding ") + std::to_string(b) + " of " + label +
+                                            " needs " + std::to_string(used) +
+                                            " bytes, over maxStorageBufferRange (" +
+                                            std::to_string(planning_range) + ")");
+    infos[b] = {s.buffer, s.offset + bd.offset, std::min(held, max_range)};
     writes[b] = make<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
     writes[b].dstSet = set;
     writes[b].dstBinding = b;

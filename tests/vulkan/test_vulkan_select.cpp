@@ -11,6 +11,7 @@
 #include "backends/vulkan/vk_launch.h"
 #endif
 #include "tests/support/testing.h"
+#include "tests/vulkan/injected_devices.h"
 #include "tests/vulkan/vulkan_fixture.h"
 
 namespace attnops::testing {
@@ -24,57 +25,6 @@ using vulkan::MatType;
 using vulkan::ProblemShape;
 using vulkan::Selection;
 using vulkan::Variant;
-
-DeviceDesc lavapipe() {
-  DeviceDesc d;
-  d.name = "llvmpipe (LLVM 15.0.6, 256 bits)";
-  d.software = true;
-  d.subgroup_size = d.min_subgroup_size = d.max_subgroup_size = 8;
-  d.subgroup_size_control = true;
-  d.full_subgroups = true;
-  d.subgroup_shuffle = d.subgroup_arithmetic = d.subgroup_ballot = true;
-  d.shared_memory_bytes = 32768;
-  d.max_invocations = d.max_group_size_x = 1024;
-  d.max_group_count[0] = d.max_group_count[1] = d.max_group_count[2] = 65535;
-  d.shader_f16 = d.storage_16bit = d.vulkan_memory_model = true;
-  return d;
-}
-
-DeviceDesc h100() {
-  DeviceDesc d;
-  d.name = "NVIDIA H100 80GB HBM3";
-  d.subgroup_size = d.min_subgroup_size = d.max_subgroup_size = 32;
-  d.subgroup_size_control = d.full_subgroups = true;
-  d.subgroup_shuffle = d.subgroup_arithmetic = d.subgroup_ballot = true;
-  d.shared_memory_bytes = 49152;
-  d.max_invocations = d.max_group_size_x = 1024;
-  d.max_group_count[0] = 2147483647;
-  d.max_group_count[1] = d.max_group_count[2] = 65535;
-  d.compute_units = 132;
-  d.shader_f16 = d.storage_16bit = d.shader_bf16 = d.vulkan_memory_model = true;
-  d.coopmat_khr = d.coopmat_nv = true;
-  const CoopMatShape f16_f32{16, 16, 16, MatType::f16, MatType::f16, MatType::f32, MatType::f32};
-  const CoopMatShape f16_f16{16, 16, 16, MatType::f16, MatType::f16, MatType::f16, MatType::f16};
-  const CoopMatShape f16_8{16, 8, 16, MatType::f16, MatType::f16, MatType::f32, MatType::f32};
-  const CoopMatShape bf16_f32{16, 16, 16, MatType::bf16, MatType::bf16, MatType::f32, MatType::f32};
-  d.coopmat_khr_shapes = {f16_f16, f16_f32, f16_8, bf16_f32};
-  d.coopmat_nv_shapes = {f16_f16, f16_f32, f16_8};
-  return d;
-}
-
-DeviceDesc wave64() {  // an AMD-like device: subgroups of 32 or 64 lanes, 64 KiB shared memory
-  DeviceDesc d = h100();
-  d.name = "wave64";
-  d.subgroup_size = 64;
-  d.min_subgroup_size = 32;
-  d.max_subgroup_size = 64;
-  d.shared_memory_bytes = 65536;
-  d.compute_units = 0;
-  d.coopmat_khr = d.coopmat_nv = false;
-  d.coopmat_khr_shapes.clear();
-  d.coopmat_nv_shapes.clear();
-  return d;
-}
 
 ProblemShape prefill(DType t, std::int64_t D = 128, std::int64_t T = 4096, std::int64_t Hq = 16,
                      std::int64_t Hkv = 16) {
