@@ -387,7 +387,7 @@ void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map
   RunInfo& run = buffers.run;
   run.kernel = sel.kernel();
   run.kernel_detail = sel.detail() + (convert ? "; convert pass to " + std::string(dtype_name(p.dtype)) : "") +
-                      (dev->direct_access() ? "; device memory mapped (no copies)" : "; staged copies") +
+                      "; " + dev->data_path() +
                       "; float controls: " + (dev->float_controls().empty() ? "none" : dev->float_controls()) +
                       " on " + pd.info.name;
   const int on_dev = int(q.on_device) + int(k.on_device) + int(v.on_device);

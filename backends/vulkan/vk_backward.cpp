@@ -285,7 +285,7 @@ void launch_backward(const BackwardProblem& bp, const GpuSettings& settings, Gra
                       (grads.dsinks ? " + dsinks pass" : "") + ", " + std::to_string(kTile) + "x" +
                       std::to_string(kTile) + " tiles, DMAX " + std::to_string(dmax) +
                       (pc.loop_b || pc.loop_h ? ", broadcast dbias summed per key invocation" : "") +
-                      (dev->direct_access() ? ", device memory mapped (no copies)" : ", staged copies") +
+                      ", " + dev->data_path() +
                       ", float controls: " + (dev->float_controls().empty() ? "none" : dev->float_controls()) +
                       " on " + pd.info.name;
   run.inputs = "host";

@@ -176,7 +176,7 @@ void Batch::download(const Slice& src, VkDeviceSize offset, VkDeviceSize bytes,
                      std::function<void(const std::byte*)> consume) {
   if (bytes == 0) return;
   bytes_down_ += bytes;
-  if (dev_.direct_access() && src.mapped != nullptr) {
+  if (dev_.direct_reads() && src.mapped != nullptr) {
     downloads_.push_back({src, offset, bytes, &dev_.memory(), std::move(consume)});
     return;
   }

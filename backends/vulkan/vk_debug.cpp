@@ -15,6 +15,7 @@ std::atomic<std::uint64_t> g_max_buffer_bytes{0}, g_memory_limit{0};
 std::atomic<bool> g_force_staging{false};
 std::mutex g_override_mu;
 KernelOverride g_override;
+std::optional<DeviceOverride> g_device_override;
 }  // namespace
 
 bool validation_enabled() {
@@ -107,6 +108,15 @@ std::string device_summary(const GpuSettings& settings) {
       ", device-local host-visible " + (c.device_local_host_visible ? "yes" : "no") + ", budget " +
       (c.memory_budget ? "yes" : "no") + ", external host memory " + (c.external_memory_host ? "yes" : "no");
   return s;
+}
+
+void set_device_override(std::optional<DeviceOverride> o) {
+  std::lock_guard<std::mutex> lock(g_override_mu);
+  g_device_override = std::move(o);
+}
+std::optional<DeviceOverride> device_override() {
+  std::lock_guard<std::mutex> lock(g_override_mu);
+  return g_device_override;
 }
 
 void set_kernel_override(const KernelOverride& o) {

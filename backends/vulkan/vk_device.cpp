@@ -135,6 +135,12 @@ void Device::shutdown() {
   if (lost_reason_.empty()) lost_reason_ = "the GPU state was released (attnops::release_gpu)";
 }
 
+std::string Device::data_path() const {
+  if (direct_reads()) return "device memory mapped (no copies)";
+  if (direct_access()) return "uploads mapped, read-backs through the staging ring (discrete device)";
+  return "staged copies";
+}
+
 void Device::check_usable() const {
   if (device_ == VK_NULL_HANDLE)
     throw Error(ErrorCode::gpu_error,

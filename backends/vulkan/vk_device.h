@@ -84,8 +84,17 @@ class Device {
   MemoryPool& memory() { return *memory_; }
   MemoryPool& staging_pool() { return *staging_pool_; }
   StagingRing& staging() { return *staging_; }
-  // Whether device memory is read and written through its host mapping (copies skipped).
+  // Whether device memory is written through its host mapping (upload copies skipped).
   bool direct_access() const { return memory_ && memory_->host_visible(); }
+  // Whether read-backs read device memory through its mapping: only where that memory is the
+  // host's own (UMA: integrated GPUs, software devices). On a discrete GPU whose memory is
+  // host-visible (resizable BAR) a mapped read is an uncached PCIe read per element, so
+  // downloads go through the host-cached staging ring there.
+  bool direct_reads() const {
+    return direct_access() && (pd_.info.type == "integrated" || pd_.info.type == "cpu");
+  }
+  // How data moves, for RunInfo: "device memory mapped (no copies)", ...
+  std::string data_path() const;
   // 256 zero bytes bound to bindings a kernel does not use.
   const Slice& dummy() const { return dummy_; }
 

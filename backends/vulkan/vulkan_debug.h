@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,19 @@ std::uint64_t memory_limit();
 // ATTNOPS_VK_FORCE_STAGING=1.
 void set_force_staging(bool on);
 bool force_staging();
+
+// An injected device description, for tests of behaviour that depends on what the device is
+// (the read-back path of a discrete GPU, split counts on a device of many compute units, the
+// limits of a large GPU). The fields set replace what the driver reports, for every device, when
+// the instance is next created (call release() around it). Only what the real device can honour
+// is overridable: the type, the compute-unit count, and the buffer limits (lowered only).
+struct DeviceOverride {
+  std::optional<std::string> type;  // "discrete", "integrated", "cpu", ...
+  std::optional<std::uint32_t> compute_units;
+  std::optional<std::uint64_t> max_storage_buffer_range, max_allocation;  // never above the driver's
+};
+void set_device_override(std::optional<DeviceOverride> o);
+std::optional<DeviceOverride> device_override();
 
 // Vulkan objects the runtime created so far, process-wide (the steady-state test: a call of a
 // shape class that already ran creates none; submissions: one per call).
