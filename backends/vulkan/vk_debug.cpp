@@ -44,8 +44,12 @@ Fault injected_fault() {
   std::string v = rt::env_string("ATTNOPS_VK_INJECT_FAULT");
   for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (v == "oom" || v == "out_of_memory") return Fault::out_of_memory;
+  if (v == "hang") return Fault::hang;
   if (rt::env_flag("ATTNOPS_VK_INJECT_FAULT") || v == "device_lost") return Fault::device_lost;
   return Fault::none;
+}
+void release_injected_hangs() {
+  rt::release_hangs();
 }
 bool inject_fault_active() {
   return injected_fault() != Fault::none;

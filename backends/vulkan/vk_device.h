@@ -68,6 +68,22 @@ class Device {
   bool lost() const { return !lost_reason_.empty(); }
   const std::string& lost_reason() const { return lost_reason_; }
   void mark_lost(std::string why) { lost_reason_ = std::move(why); }
+  // A fence wait that timed out: the device is abandoned as lost with work still running on it,
+  // so its memory is neither freed nor reused, and the runtime destroys it only once that work is
+  // known to have finished (vk_runtime.cpp).
+  void mark_hung(std::string why) {
+    hung_ = true;
+    mark_lost(std::move(why));
+  }
+  bool hung() const { return hung_; }
+  // Waits up to `ns` for the last submission; true when it has finished. Requires mutex().
+  bool wait_last_submission(std::uint64_t ns);
+  // Test support (debug::Fault::hang): an event, reset (created on first use), that the last
+  // command of a submission waits for and only the host sets: the queue does not finish until
+  // release_hang() sets it. release_hang() does not take mutex() (the thread that waits on the
+  // hung submission holds it).
+  VkEvent hang_event();
+  void release_hang();
   // Throws Error(gpu_error) when the device cannot take work.
   void check_usable() const;
 
@@ -136,6 +152,10 @@ class Device {
   std::unique_ptr<MemoryPool> memory_, staging_pool_;
   std::unique_ptr<StagingRing> staging_;
   Slice dummy_;
+  bool hung_ = false;
+  std::mutex hang_mu_;
+  Owned<VkEvent> hang_event_;
+  bool hang_set_ = false;
 };
 
 }  // namespace attnops::vulkan::rt

@@ -34,9 +34,12 @@ void reset_validation_counts();
 // Fault injection, for tests of the fallback and cleanup paths. While a fault is set:
 //  - device_lost: the next submission fails with VK_ERROR_DEVICE_LOST and the device is marked
 //    lost (every later call on it fails fast; the runtime replaces it on the next call);
-//  - out_of_memory: every device-memory allocation fails with VK_ERROR_OUT_OF_DEVICE_MEMORY.
-// ATTNOPS_VK_INJECT_FAULT in the environment does the same: 1 or device_lost, oom.
-enum class Fault { none, device_lost, out_of_memory };
+//  - out_of_memory: every device-memory allocation fails with VK_ERROR_OUT_OF_DEVICE_MEMORY;
+//  - hang: every submission ends waiting for an event only the host sets, in
+//    release_injected_hangs() (as a hung kernel): the fence wait times out
+//    (ATTNOPS_VK_TIMEOUT_MS), the device is abandoned as lost and the call fails with gpu_error.
+// ATTNOPS_VK_INJECT_FAULT in the environment does the same: 1 or device_lost, oom, hang.
+enum class Fault { none, device_lost, out_of_memory, hang };
 void set_inject_fault(Fault f);
 inline void set_inject_fault(bool on) {
   set_inject_fault(on ? Fault::device_lost : Fault::none);
@@ -44,6 +47,8 @@ inline void set_inject_fault(bool on) {
 // The fault in force (the setter's, else the environment's).
 Fault injected_fault();
 bool inject_fault_active();  // injected_fault() != Fault::none
+// Lets every submission the hang fault stopped finish (the runtime's release() calls it too).
+void release_injected_hangs();
 
 // Caps the device memory the runtime reserves per pool (0 = only the device's budget), so tests
 // reach the out-of-memory path with small problems.

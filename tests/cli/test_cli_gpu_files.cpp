@@ -169,6 +169,23 @@ TEST(CliGpuFailures, PipelineCacheThatIsADirectoryIsIgnoredWithAWarning) {
                     "bench");
 }
 
+// A hung submission (issue 19, item 4; ATTNOPS_VK_INJECT_FAULT=hang): the fence wait times out,
+// the gpu call fails with gpu_error, the cpu answers, and the process exits 0 (the abandoned
+// device is let go and destroyed at release).
+TEST(CliGpuFailures, AHungSubmissionTimesOutAndTheCpuAnswers) {
+  if (!have_vulkan_device()) GTEST_SKIP() << "no Vulkan device";
+  Inputs in;
+  const CliResult r =
+      run_cli(in.run_args({"--backend", "gpu", "--explain"}), {{"ATTNOPS_VK_INJECT_FAULT", "hang"},
+                                                               {"ATTNOPS_VK_TIMEOUT_MS", "300"},
+                                                               {"ATTNOPS_VK_ALLOW_SOFTWARE", "1"}});
+  expect_clean_exit(r, "run");
+  EXPECT_THAT(r.err, HasSubstr("gpu_error"));
+  EXPECT_THAT(r.err, HasSubstr("timed out"));
+  EXPECT_THAT(r.err, HasSubstr("\"backend\": \"cpu\""));
+  in.expect_right_output();
+}
+
 // ---- item 3: cache files read with a bound -------------------------------------------------------
 
 TEST(CliGpuCacheFiles, PipelineCacheOnDevZeroAFifoOrAHugeFileIsIgnored) {
