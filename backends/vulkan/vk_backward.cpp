@@ -284,10 +284,10 @@ void launch_backward(const BackwardProblem& bp, const GpuSettings& settings, Gra
   run.kernel_detail = std::string("FlashAttention-2 backward: dq pass + dk/dv pass") +
                       (grads.dsinks ? " + dsinks pass" : "") + ", " + std::to_string(kTile) + "x" +
                       std::to_string(kTile) + " tiles, DMAX " + std::to_string(dmax) +
-                      (pc.loop_b || pc.loop_h ? ", broadcast dbias summed per key invocation" : "") +
-                      ", " + dev->data_path() +
-                      ", float controls: " + (dev->float_controls().empty() ? "none" : dev->float_controls()) +
-                      " on " + pd.info.name;
+                      (pc.loop_b || pc.loop_h ? ", broadcast dbias summed per key invocation" : "") + ", " +
+                      dev->data_path() + ", float controls: " +
+                      (dev->float_controls().empty() ? "none" : dev->float_controls()) + " on " +
+                      pd.info.name;
   run.inputs = "host";
   run.output = "host";
   run.bytes_to_device = batch.bytes_to_device();

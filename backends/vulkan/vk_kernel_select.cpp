@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <sstream>
 
-
 namespace attnops::vulkan {
 
 BuildCaps build_caps() {
@@ -99,16 +98,19 @@ std::optional<SubgroupTiles> subgroup_tiles(const DeviceDesc& dev, const Problem
   // (lavapipe, B1 H16 Tq1 Tk4096 D128: 100 ms row-wise against 243-291 ms here, 1 of 8 lanes busy;
   // with GQA 8 the lanes fill and this kernel with split-KV takes 32 ms against 255 ms row-wise).
   if (cpu && !force.variant && available * 8 <= sg) {
-    *why = "software device with " + std::to_string(available) + " row(s) per kv head for " + std::to_string(sg) +
-           " lanes (a lane per row would idle the rest)";
+    *why = "software device with " + std::to_string(available) + " row(s) per kv head for " +
+           std::to_string(sg) + " lanes (a lane per row would idle the rest)";
     return std::nullopt;
   }
   SubgroupTiles t;
 
   // Lanes per row: on a GPU keep >= 8 rows per subgroup, and more lanes while a lane would hold
   // over 32 vec4 of q and o (register pressure), but never more lanes than the row has vec4s,
-  // and none without subgroup shuffles.
-  const std::uint32_t ds_max = dev.subgroup_shuffle ? std::min<std::uint32_t>(sg_min, 16) : 1;
+  // and none without subgroup shuffles. A team of several lanes is numbered by subgroup lane
+  // (flash_tiled.comp), which needs every subgroup full: full subgroups required, or a fixed
+  // subgroup size (the workgroup is a whole number of subgroups).
+  const bool teams_ok = dev.full_subgroups || fixed_size;
+  const std::uint32_t ds_max = dev.subgroup_shuffle && teams_ok ? std::min<std::uint32_t>(sg_min, 16) : 1;
   t.ds = 1;
   if (!cpu) {
     t.ds = std::min(ds_max, pow2_floor(std::max<std::uint32_t>(1, sg_min / 8)));
@@ -247,6 +249,16 @@ std::optional<CoopTiles> coop_tiles(const DeviceDesc& dev, const std::vector<Coo
     return std::nullopt;
   }
   const std::uint32_t sg = dev.subgroup_size;
+  // The kernel maps lanes to matrix rows by the specialization constant SG: every subgroup must
+  // have exactly SG lanes (a required size, or a device with one size) and be full.
+  const bool size_guaranteed =
+      dev.subgroup_size_control || (dev.min_subgroup_size == sg && dev.max_subgroup_size == sg);
+  if (!size_guaranteed || !dev.full_subgroups) {
+    *why =
+        "the subgroup size is not guaranteed (needs subgroup size control or a single size, and full "
+        "subgroups)";
+    return std::nullopt;
+  }
   if (sg < 16 || sg > 128 || !is_pow2(sg)) {
     *why = "subgroup size " + std::to_string(sg) +
            " (16 to 128 lanes needed: a row's softmax takes sg/16 lanes)";

@@ -225,6 +225,40 @@ TEST(VulkanSelect, DevicesWithoutShufflesOrWithWideSubgroups) {
   EXPECT_TRUE(mentions(w, "the device does not offer VK_KHR_cooperative_matrix")) << w.detail();
 }
 
+// Issue 19, item 5: the cooperative-matrix kernel maps lanes to matrix rows by its subgroup size,
+// so it runs only where every subgroup has exactly that many lanes and is full; flash_subgroup's
+// teams of several lanes are numbered by subgroup lane, which needs full subgroups too.
+TEST(VulkanSelect, SubgroupSizeAssumptionsAreEnforced) {
+  // Size control without full subgroups, and no size control with sizes 16 to 32: no coopmat.
+  DeviceDesc partial = h100();
+  partial.full_subgroups = false;
+  Selection s = vulkan::select_kernel(partial, kDebian12, prefill(DType::f16));
+  EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
+  EXPECT_TRUE(mentions(s, "flash_coopmat_nv: the subgroup size is not guaranteed")) << s.detail();
+  EXPECT_GT(s.subgroup.ds, 1u) << s.detail();  // one subgroup size: workgroups are whole subgroups
+  DeviceDesc varying = h100();
+  varying.subgroup_size_control = false;
+  varying.min_subgroup_size = 16;
+  s = vulkan::select_kernel(varying, kDebian12, prefill(DType::f16));
+  EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
+  EXPECT_TRUE(mentions(s, "flash_coopmat_nv: the subgroup size is not guaranteed")) << s.detail();
+  // Varying sizes without full subgroups: a lane per row (no teams).
+  varying.full_subgroups = false;
+  s = vulkan::select_kernel(varying, kDebian12, prefill(DType::f32));
+  EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
+  EXPECT_EQ(s.subgroup.ds, 1u) << s.detail();
+  // No size control but a single size (min == max == 32) and full subgroups: coopmat, no
+  // required size in the pipeline.
+  DeviceDesc single = h100();
+  single.subgroup_size_control = false;
+  s = vulkan::select_kernel(single, kDebian12, prefill(DType::f16));
+  EXPECT_EQ(s.variant, Variant::flash_coopmat_nv) << s.detail();
+  EXPECT_FALSE(s.required_size);
+  // The H100 itself: teams of several lanes (its subgroups are full and of one size).
+  s = vulkan::select_kernel(h100(), kNoCoopmat, prefill(DType::f32));
+  EXPECT_GT(s.subgroup.ds, 1u) << s.detail();
+}
+
 TEST(VulkanSelect, OverridesForceVariantsAndTiles) {
   KernelOverride rowwise;
   rowwise.variant = Variant::flash_rowwise;

@@ -4,7 +4,7 @@
 //
 // A workgroup owns q_rows query positions x head_rows q heads of one kv head (GQA: those heads
 // share every staged K/V tile) of one batch: gl_WorkGroupID = (q block * nsplit + split,
-// head block, batch). Its invocations form teams of DS consecutive lanes of one subgroup; a team
+// head block, batch). Its invocations form teams of DS consecutive subgroup lanes; a team
 // owns RPT rows, and each lane of the team holds a DS-th of the row's head dimension: vec4
 // number lane + DS*k (k < DK4) of q and of the output accumulator, so that S = Q K^T is a
 // partial dot product per lane summed with subgroupShuffleXor over the team.
@@ -77,8 +77,13 @@ vec4 load4(uint which, uint base, int d, int n) {
 void main() {
   const uint tid = gl_LocalInvocationIndex;
   const uint WG = gl_WorkGroupSize.x;
-  const uint lane = tid % DS;  // teams are DS consecutive invocations of one subgroup
-  const uint team = tid / DS;
+  // Teams are DS consecutive lanes of one subgroup, numbered by the subgroup's own lane index
+  // (Vulkan does not promise that local invocation indices map onto subgroup lanes in order):
+  // the shuffles below pair lanes by gl_SubgroupInvocationID. The selection takes DS > 1 only
+  // where every subgroup is full (full subgroups, or a fixed size dividing the workgroup), so
+  // that gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID numbers every invocation once.
+  const uint lane = DS == 1u ? 0u : gl_SubgroupInvocationID % DS;
+  const uint team = DS == 1u ? tid : (gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID) / DS;
   const int qb = int(gl_WorkGroupID.x) / pc.nsplit, split = int(gl_WorkGroupID.x) % pc.nsplit;
   const int b = int(gl_WorkGroupID.z);
   const int h0 = int(gl_WorkGroupID.y) * pc.head_rows;
