@@ -371,15 +371,21 @@ std::string Selection::detail() const {
       break;
   }
   if (required_size) os << ", subgroup size required";
+  if (!selfcheck.empty()) os << ", self-check " << selfcheck;
   for (const std::string& r : not_taken) os << "; " << r;
   return os.str();
 }
 
 Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const ProblemShape& p,
-                        const KernelOverride& force) {
+                        const KernelOverride& force, const std::vector<DisabledVariant>& disabled) {
   Selection s;
   const auto pass = [&](Variant v, const std::string& why) {
     s.not_taken.push_back(std::string(variant_name(v)) + ": " + why);
+  };
+  const auto disabled_why = [&](Variant v) -> const std::string* {
+    for (const DisabledVariant& d : disabled)
+      if (d.variant == v) return &d.why;
+    return nullptr;
   };
   const bool forced = force.variant.has_value();
   if (forced) s.not_taken.push_back(std::string("forced ") + variant_name(*force.variant));
@@ -388,14 +394,22 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
   // the problem is not a decode; otherwise it computes the same function with the flash kernels.
   const bool decode = p.Tq <= kDecodeMaxTq;
   if (p.vanilla && (p.want_weights || !forced || *force.variant == Variant::vanilla_gemm)) {
-    if (p.want_weights || (p.scores_fit && !decode) || (forced && p.scores_fit)) {
+    if (const std::string* why = disabled_why(Variant::vanilla_gemm)) {
+      pass(Variant::vanilla_gemm, *why);
+      if (p.want_weights) {  // only vanilla_gemm computes the weights
+        s.variant = Variant::vanilla_gemm;
+        s.exhausted = true;
+        return s;
+      }
+    } else if (p.want_weights || (p.scores_fit && !decode) || (forced && p.scores_fit)) {
       s.variant = Variant::vanilla_gemm;
       return s;
+    } else {
+      pass(Variant::vanilla_gemm,
+           !p.scores_fit ? "the scores [B, Hq, Tq, Tk] f32 exceed the buffer range (no weights asked)"
+                         : "decode-shaped (Tq=" + std::to_string(p.Tq) + " <= " +
+                               std::to_string(kDecodeMaxTq) + ", no weights asked): split-KV flash instead");
     }
-    pass(Variant::vanilla_gemm,
-         !p.scores_fit ? "the scores [B, Hq, Tq, Tk] f32 exceed the buffer range (no weights asked)"
-                       : "decode-shaped (Tq=" + std::to_string(p.Tq) + " <= " + std::to_string(kDecodeMaxTq) +
-                             ", no weights asked): split-KV flash instead");
   }
 
   const auto wants = [&](Variant v) { return !forced || *force.variant == v; };
@@ -413,6 +427,10 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
   };
   for (const auto& c : coop) {
     if (!wants(c.v)) continue;
+    if (const std::string* why = disabled_why(c.v)) {
+      pass(c.v, *why);
+      continue;
+    }
     if (!c.built) {
       pass(c.v, std::string("not compiled in (this build's glslc lacks ") + c.glsl + ")");
       continue;
@@ -432,7 +450,9 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
     pass(c.v, why);
   }
 
-  if (wants(Variant::flash_subgroup)) {
+  if (wants(Variant::flash_subgroup) && disabled_why(Variant::flash_subgroup) != nullptr) {
+    pass(Variant::flash_subgroup, *disabled_why(Variant::flash_subgroup));
+  } else if (wants(Variant::flash_subgroup)) {
     std::string why;
     if (auto t = subgroup_tiles(dev, p, force, &why)) {
       s.variant = Variant::flash_subgroup;
@@ -444,7 +464,7 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
   }
   if (forced && *force.variant != Variant::flash_rowwise) {
     // The forced variant cannot run this problem: the normal choice, saying so.
-    Selection normal = select_kernel(dev, caps, p, KernelOverride{});
+    Selection normal = select_kernel(dev, caps, p, KernelOverride{}, disabled);
     std::vector<std::string> notes{std::string("forced ") + variant_name(*force.variant) + " not possible"};
     for (const std::string& r : s.not_taken)
       if (r.rfind("forced ", 0) != 0 &&
@@ -454,6 +474,10 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
     return normal;
   }
   s.variant = Variant::flash_rowwise;
+  if (const std::string* why = disabled_why(Variant::flash_rowwise)) {
+    pass(Variant::flash_rowwise, *why);
+    s.exhausted = true;
+  }
   return s;
 }
 

@@ -37,9 +37,12 @@ void reset_validation_counts();
 //  - out_of_memory: every device-memory allocation fails with VK_ERROR_OUT_OF_DEVICE_MEMORY;
 //  - hang: every submission ends waiting for an event only the host sets, in
 //    release_injected_hangs() (as a hung kernel): the fence wait times out
-//    (ATTNOPS_VK_TIMEOUT_MS), the device is abandoned as lost and the call fails with gpu_error.
-// ATTNOPS_VK_INJECT_FAULT in the environment does the same: 1 or device_lost, oom, hang.
-enum class Fault { none, device_lost, out_of_memory, hang };
+//    (ATTNOPS_VK_TIMEOUT_MS), the device is abandoned as lost and the call fails with gpu_error;
+//  - wrong_result: the self-check (README "Self-check") sees a wrong answer from every variant,
+//    or from the one named by set_wrong_result_variant / ATTNOPS_VK_INJECT_FAULT=wrong_result:NAME.
+// ATTNOPS_VK_INJECT_FAULT in the environment does the same: 1 or device_lost, oom, hang,
+// wrong_result[:VARIANT].
+enum class Fault { none, device_lost, out_of_memory, hang, wrong_result };
 void set_inject_fault(Fault f);
 inline void set_inject_fault(bool on) {
   set_inject_fault(on ? Fault::device_lost : Fault::none);
@@ -49,6 +52,9 @@ Fault injected_fault();
 bool inject_fault_active();  // injected_fault() != Fault::none
 // Lets every submission the hang fault stopped finish (the runtime's release() calls it too).
 void release_injected_hangs();
+// wrong_result for one variant only ("" = every variant; the environment's ":NAME" otherwise).
+void set_wrong_result_variant(const std::string& variant);
+std::string wrong_result_variant();
 
 // Caps the device memory the runtime reserves per pool (0 = only the device's budget), so tests
 // reach the out-of-memory path with small problems.
