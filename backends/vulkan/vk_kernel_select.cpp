@@ -324,6 +324,48 @@ std::optional<Variant> parse_variant(const std::string& name) {
   return std::nullopt;
 }
 
+std::vector<std::string> variant_support(const DeviceDesc& dev, const BuildCaps& caps) {
+  ProblemShape canonical;
+  canonical.dtype = DType::f16;
+  canonical.B = 1;
+  canonical.Tq = canonical.Tk = 4096;
+  canonical.Hq = canonical.Hkv = 16;
+  canonical.D = canonical.Dv = 128;
+  std::vector<std::string> out;
+  for (Variant v : {Variant::flash_coopmat_khr, Variant::flash_coopmat_nv, Variant::flash_subgroup,
+                    Variant::flash_rowwise, Variant::vanilla_gemm}) {
+    std::string line = std::string(variant_name(v)) + ": ";
+    const bool built = v == Variant::flash_coopmat_khr  ? caps.coopmat_khr
+                       : v == Variant::flash_coopmat_nv ? caps.coopmat_nv
+                                                        : true;
+    if (!built) {
+      line += std::string("not in this build (its glslc lacks ") +
+              (v == Variant::flash_coopmat_khr ? "GL_KHR_cooperative_matrix" : "GL_NV_cooperative_matrix") +
+              "; glslang 13+ for KHR)";
+      out.push_back(line);
+      continue;
+    }
+    ProblemShape p = canonical;
+    p.vanilla = v == Variant::vanilla_gemm;
+    p.scores_fit = true;
+    KernelOverride force;
+    force.variant = v;
+    const Selection s = select_kernel(dev, caps, p, force);
+    line += "built; this device: ";
+    if (s.variant == v) {
+      line += "yes";
+    } else {
+      std::string why = "no";
+      for (const std::string& r : s.not_taken)
+        if (r.rfind(std::string(variant_name(v)) + ": ", 0) == 0)
+          why = "no (" + r.substr(r.find(": ") + 2) + ")";
+      line += why;
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
 KernelOverride parse_tiles(const std::string& text, KernelOverride base) {
   std::istringstream in(text);
   std::string item;

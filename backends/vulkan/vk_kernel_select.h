@@ -116,6 +116,11 @@ inline constexpr std::int64_t kDecodeMaxTq = 16;
 Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const ProblemShape& p,
                         const KernelOverride& force = {}, const std::vector<DisabledVariant>& disabled = {});
 
+// Each variant with whether this build holds it and whether `dev` could run it (a canonical f16
+// prefill, B1 H16 T4096 D128, forced to it), as `attnops info` lists them (issue 19, item 8):
+// "flash_coopmat_nv: built; this device: no (the device does not offer ...)".
+std::vector<std::string> variant_support(const DeviceDesc& dev, const BuildCaps& caps);
+
 // Parses ATTNOPS_VK_TILES ("ds=2,rpt=1,bc=16,ku=4,rows=16,split=4"); unknown keys are ignored.
 KernelOverride parse_tiles(const std::string& text, KernelOverride base = {});
 

@@ -30,7 +30,17 @@ bool compiled_in() {
 
 std::vector<GpuDeviceInfo> list_devices(const GpuSettings& settings) {
   try {
-    return rt::list_devices(rt::instance(), settings);
+    std::vector<GpuDeviceInfo> out = rt::list_devices(rt::instance(), settings);
+    std::string why;
+    const int selected = rt::selected_index(settings, &why);
+    for (GpuDeviceInfo& d : out) {
+      const rt::PhysicalDevice& pd = rt::instance().devices()[static_cast<std::size_t>(d.index)];
+      d.kernel_variants = variant_support(rt::selection_desc(pd), build_caps());
+      if (d.index == selected)
+        for (const SelfCheckEntry& e : selfcheck_results(settings))
+          d.selfchecks.push_back(std::string(e.passed ? "pass " : "FAIL ") + e.key + ": " + e.detail);
+    }
+    return out;
   } catch (const Error&) {
     return {};  // no loader / no instance: no devices
   }

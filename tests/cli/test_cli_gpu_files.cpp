@@ -186,6 +186,33 @@ TEST(CliGpuFailures, AHungSubmissionTimesOutAndTheCpuAnswers) {
   in.expect_right_output();
 }
 
+// The self-check (issue 19, items 6 and 8): a run with gpu.pipeline_cache set keeps the results
+// beside it, and a later `attnops info` (another process) shows them with the kernel variants
+// this build holds and the device could run; a wrong answer injected into flash_subgroup's
+// check shows up as FAIL and the run still answers right.
+TEST(CliGpuSelfCheck, InfoShowsTheCachedResultsAndTheVariants) {
+  if (!have_vulkan_device()) GTEST_SKIP() << "no Vulkan device";
+  Inputs in;
+  const std::string cache = in.dir.file("pipelines.bin");
+  const std::string cfg = in.config(cache);
+  const CliResult r = run_cli(in.run_args({"--config", cfg, "--explain"}),
+                              {{"ATTNOPS_VK_INJECT_FAULT", "wrong_result:flash_subgroup"}});
+  expect_clean_exit(r, "run");
+  EXPECT_THAT(r.err, HasSubstr("flash_subgroup: selftest_failed")) << r.err;
+  in.expect_right_output();
+  ASSERT_TRUE(std::filesystem::exists(cache + ".selfcheck"));
+  const CliResult info = run_cli({"info", "--config", cfg});
+  expect_clean_exit(info, "info");
+  EXPECT_THAT(info.out, HasSubstr("self-check FAIL flash_subgroup f32 D16 Dv16")) << info.out;
+  EXPECT_THAT(info.out, HasSubstr("self-check pass flash_rowwise f32 D16 Dv16")) << info.out;
+  EXPECT_THAT(info.out, HasSubstr("kernel flash_subgroup: built; this device: yes")) << info.out;
+  EXPECT_THAT(info.out, HasSubstr("kernel flash_coopmat_khr: ")) << info.out;
+  const CliResult json = run_cli({"info", "--json", "--config", cfg});
+  expect_clean_exit(json, "info --json");
+  EXPECT_THAT(json.out, HasSubstr("\"selfchecks\"")) << json.out;
+  EXPECT_THAT(json.out, HasSubstr("\"kernel_variants\"")) << json.out;
+}
+
 // ---- item 3: cache files read with a bound -------------------------------------------------------
 
 TEST(CliGpuCacheFiles, PipelineCacheOnDevZeroAFifoOrAHugeFileIsIgnored) {
