@@ -186,18 +186,24 @@ std::optional<SubgroupTiles> subgroup_tiles(const DeviceDesc& dev, const Problem
   t.ku = cpu ? 1 : std::min<std::uint32_t>(t.bc, 8);
   if (force.ku != 0 && is_pow2(force.ku) && force.ku <= t.bc) t.ku = force.ku;
 
-  // Split-KV (flash-decoding): when the problem has fewer workgroups than about twice the
-  // device's multiprocessors (16 on a software device, 64 when the count is unknown), each row's
-  // tiles are cut into chunks, each of >= 4 tiles, merged afterwards; the partials must fit a
-  // buffer.
+  // Split-KV (flash-decoding): when the problem has fewer workgroups than the device wants
+  // resident, each row's tiles are cut into chunks, each of >= 4 tiles, merged afterwards; the
+  // partials must fit a buffer. The target is sized from the compute units and the subgroups a
+  // workgroup holds: about 8 subgroups per compute unit (2 workgroups of 4 subgroups, 8 of one:
+  // a decode's one-subgroup workgroups would otherwise leave most of each unit idle); 16 on a
+  // software device, 64 when the count is unknown. At most 256 chunks (the merge reads them
+  // all per row).
   const std::uint64_t base_groups = ceil_div(static_cast<std::uint64_t>(p.Tq), t.q_rows) *
                                     static_cast<std::uint64_t>(p.Hq / t.head_rows) *
                                     static_cast<std::uint64_t>(p.B);
-  const std::uint64_t want = dev.compute_units ? 2u * dev.compute_units : (dev.software ? 16u : 64u);
+  const std::uint64_t subgroups_per_group = std::max<std::uint64_t>(1, t.wg / sg);
+  const std::uint64_t groups_per_unit = std::max<std::uint64_t>(2, 8 / subgroups_per_group);
+  const std::uint64_t want =
+      dev.compute_units ? groups_per_unit * dev.compute_units : (dev.software ? 16u : 64u);
   const std::uint64_t tiles = ceil_div(static_cast<std::uint64_t>(p.Tk), t.bc);
   std::uint64_t nsplit = 1;
   if (base_groups < want && tiles >= 8)
-    nsplit = std::min<std::uint64_t>({ceil_div(want, base_groups), tiles / 4, 64});
+    nsplit = std::min<std::uint64_t>({ceil_div(want, base_groups), tiles / 4, kMaxSplits});
   if (force.nsplit != 0) nsplit = std::min<std::uint64_t>(force.nsplit, std::max<std::uint64_t>(tiles, 1));
   const std::uint64_t row_bytes =
       static_cast<std::uint64_t>(p.B * p.Hq * p.Tq) * static_cast<std::uint64_t>(p.Dv + 2) * 4u;
@@ -483,6 +489,20 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
     }
     std::string why;
     if (auto t = coop_tiles(dev, *c.shapes, p, &why)) {
+      // This kernel walks a row's keys in one workgroup (no split-KV): a short query over a long
+      // context (B1 Hq8 Hkv1 Tq2 Tk32768: one workgroup) would leave the device idle. Where its
+      // grid is under the split rule's target (2 x compute units, as flash_subgroup's) and the
+      // keys span >= 8 of its tiles, flash_subgroup with split-KV runs instead (ggml splits
+      // every FA path by the same rule).
+      const std::uint64_t groups = ceil_div(static_cast<std::uint64_t>(p.Tq), t->q_rows) *
+                                   static_cast<std::uint64_t>(p.Hq / t->head_rows) *
+                                   static_cast<std::uint64_t>(p.B);
+      const std::uint64_t target = dev.compute_units ? 2u * dev.compute_units : (dev.software ? 16u : 64u);
+      if (!forced && groups < target && ceil_div(static_cast<std::uint64_t>(p.Tk), t->bc) >= 8) {
+        pass(c.v, std::to_string(groups) + " workgroup(s) for a target of " + std::to_string(target) +
+                      " and no split-KV in this kernel: flash_subgroup with split-KV instead");
+        continue;
+      }
       s.variant = c.v;
       s.coop = *t;
       s.required_size = dev.subgroup_size_control;

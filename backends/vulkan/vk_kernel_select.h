@@ -107,6 +107,8 @@ struct Selection {
 // Head dims the tiled kernels take (padded inside the kernel); flash_rowwise takes up to 256.
 inline constexpr std::int64_t kMaxHeadDim = 512;
 inline constexpr std::int64_t kMaxRowwiseHeadDim = 256;
+// Split-KV chunks per row at most (flash_subgroup; attn_merge reads them all per row).
+inline constexpr std::uint64_t kMaxSplits = 256;
 // Vanilla without weights at or below this many query rows is a decode: split-KV flash.
 inline constexpr std::int64_t kDecodeMaxTq = 16;
 

@@ -149,8 +149,12 @@ TEST(VulkanSelect, DecodePacksTheGqaHeadsAndSplitsTheKeys) {
   EXPECT_TRUE(mentions(s, "fewer than 16 query rows")) << s.detail();
   EXPECT_EQ(s.subgroup.q_rows, 1u);
   EXPECT_EQ(s.subgroup.head_rows, 8u);  // the 8 q heads of a kv head share the staged tiles
-  // 2 workgroups without splitting; 2 x 132 SMs wanted.
-  EXPECT_EQ(s.subgroup.nsplit, 64u);
+  // 2 one-subgroup workgroups without splitting; 8 subgroups on each of 132 SMs wanted, within
+  // a quarter of the tiles and the cap.
+  ASSERT_EQ(s.subgroup.wg, 32u);
+  const std::uint64_t tiles = (32768 + s.subgroup.bc - 1) / s.subgroup.bc;
+  EXPECT_EQ(s.subgroup.nsplit, std::min<std::uint64_t>({132u * 8u / 2u, tiles / 4, vulkan::kMaxSplits}));
+  EXPECT_GT(s.subgroup.nsplit, 64u);  // the old cap left 128 workgroups on 132 SMs
   // Lavapipe: the same packing, fewer chunks.
   const Selection lp = vulkan::select_kernel(lavapipe(), kDebian12, decode(DType::f32, 32768, 8, 1, 64));
   EXPECT_TRUE(lp.split_kv()) << lp.detail();
@@ -257,6 +261,39 @@ TEST(VulkanSelect, SubgroupSizeAssumptionsAreEnforced) {
   // The H100 itself: teams of several lanes (its subgroups are full and of one size).
   s = vulkan::select_kernel(h100(), kNoCoopmat, prefill(DType::f32));
   EXPECT_GT(s.subgroup.ds, 1u) << s.detail();
+}
+
+// Issue 19, item 7: shapes that give the cooperative-matrix kernel (no split-KV) too few
+// workgroups for the device go to flash_subgroup with split-KV; decode fills a large GPU.
+TEST(VulkanSelect, ShortQueriesOverLongContextsFillTheDevice) {
+  // B1 Hq8 Hkv1 Tq2 Tk32768 f16: 16 rows per kv head (coopmat could take it) in 1 workgroup.
+  ProblemShape spec = decode(DType::f16, 32768, 8, 1);
+  spec.Tq = 2;
+  const Selection s = vulkan::select_kernel(h100(), kNewGlslc, spec);
+  EXPECT_EQ(s.kernel(), "flash_subgroup+split_kv") << s.detail();
+  EXPECT_TRUE(mentions(s, "flash_coopmat_khr: 1 workgroup(s) for a target of 264 and no split-KV")) << s.detail();
+  EXPECT_GE(s.subgroup.nsplit * 1u, 132u) << s.detail();  // at least one workgroup per SM
+  // B1 H16 Tq16 Tk32768: 16 workgroups on coopmat; split instead.
+  ProblemShape chunk = prefill(DType::f16, 128, 16);
+  chunk.Tk = 32768;
+  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, chunk).kernel(), "flash_subgroup+split_kv");
+  // Long prefill keeps coopmat; so does a short context (nothing to split) and a forced variant.
+  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, prefill(DType::f16)).variant, Variant::flash_coopmat_khr);
+  ProblemShape short_ctx = chunk;
+  short_ctx.Tk = 128;
+  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, short_ctx).variant, Variant::flash_coopmat_khr);
+  vulkan::KernelOverride force;
+  force.variant = Variant::flash_coopmat_nv;
+  EXPECT_EQ(vulkan::select_kernel(h100(), kDebian12, chunk, force).variant, Variant::flash_coopmat_nv);
+  // Decode B1 H16 Tk32768 D128 (MHA): 16 one-subgroup workgroups, split to ~8 per SM.
+  const Selection d = vulkan::select_kernel(h100(), kNewGlslc, decode(DType::f16, 32768, 16, 16));
+  EXPECT_EQ(d.kernel(), "flash_subgroup+split_kv") << d.detail();
+  EXPECT_GE(16u * d.subgroup.nsplit * (d.subgroup.wg / 32u), 132u * 8u) << d.detail();
+  // An unknown compute-unit count keeps the old target of 64 workgroups.
+  DeviceDesc unknown = h100();
+  unknown.compute_units = 0;
+  const Selection u = vulkan::select_kernel(unknown, kNewGlslc, decode(DType::f16, 32768, 16, 16));
+  EXPECT_EQ(u.subgroup.nsplit, 4u) << u.detail();
 }
 
 TEST(VulkanSelect, OverridesForceVariantsAndTiles) {
