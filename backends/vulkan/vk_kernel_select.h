@@ -89,12 +89,12 @@ struct DisabledVariant {
 
 struct Selection {
   Variant variant = Variant::flash_rowwise;
-  bool exhausted = false;  // every variant that could run the problem is disabled (`variant` unusable)
-  SubgroupTiles subgroup;              // flash_subgroup
-  CoopTiles coop;                      // flash_coopmat_*
-  GemmTiles gemm;                      // vanilla_gemm
-  bool required_size = false;          // pipeline requires the subgroup size (size control)
-  bool full_subgroups = false;         // pipeline requires full subgroups
+  bool exhausted = false;       // every variant that could run the problem is disabled (`variant` unusable)
+  SubgroupTiles subgroup;       // flash_subgroup
+  CoopTiles coop;               // flash_coopmat_*
+  GemmTiles gemm;               // vanilla_gemm
+  bool required_size = false;   // pipeline requires the subgroup size (size control)
+  bool full_subgroups = false;  // pipeline requires full subgroups
   std::vector<std::string> not_taken;  // "flash_coopmat_nv: <why>" for each better variant passed over
   std::string selfcheck;               // the self-check of this configuration, e.g. "passed" (vk_selfcheck.h)
   // The kernel name reported in RunInfo ("flash_subgroup+split_kv", ...) and the detail:

@@ -271,14 +271,16 @@ TEST(VulkanSelect, ShortQueriesOverLongContextsFillTheDevice) {
   spec.Tq = 2;
   const Selection s = vulkan::select_kernel(h100(), kNewGlslc, spec);
   EXPECT_EQ(s.kernel(), "flash_subgroup+split_kv") << s.detail();
-  EXPECT_TRUE(mentions(s, "flash_coopmat_khr: 1 workgroup(s) for a target of 264 and no split-KV")) << s.detail();
+  EXPECT_TRUE(mentions(s, "flash_coopmat_khr: 1 workgroup(s) for a target of 264 and no split-KV"))
+      << s.detail();
   EXPECT_GE(s.subgroup.nsplit * 1u, 132u) << s.detail();  // at least one workgroup per SM
   // B1 H16 Tq16 Tk32768: 16 workgroups on coopmat; split instead.
   ProblemShape chunk = prefill(DType::f16, 128, 16);
   chunk.Tk = 32768;
   EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, chunk).kernel(), "flash_subgroup+split_kv");
   // Long prefill keeps coopmat; so does a short context (nothing to split) and a forced variant.
-  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, prefill(DType::f16)).variant, Variant::flash_coopmat_khr);
+  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, prefill(DType::f16)).variant,
+            Variant::flash_coopmat_khr);
   ProblemShape short_ctx = chunk;
   short_ctx.Tk = 128;
   EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, short_ctx).variant, Variant::flash_coopmat_khr);
