@@ -120,6 +120,21 @@ TEST_F(VulkanSelfCheck, SkippedWithTheEnvironmentVariable) {
   EXPECT_TRUE(vulkan::selfcheck_results(software_ok()).empty());
 }
 
+// Every variant lavapipe runs passes its check (prefill and decode, f32 and f16; the ones it
+// cannot run fall back to its normal choice), and each result is recorded.
+TEST_F(VulkanSelfCheck, EveryVariantThisDeviceRunsPasses) {
+  const auto results = vulkan::run_selfchecks(software_ok());
+  bool subgroup = false, split = false, rowwise = false, gemm = false;
+  for (const auto& e : results) {
+    EXPECT_TRUE(e.passed) << e.key << ": " << e.detail;
+    subgroup = subgroup || e.key.rfind("flash_subgroup", 0) == 0;
+    split = split || e.key.find(" split") != std::string::npos;
+    rowwise = rowwise || e.key.rfind("flash_rowwise", 0) == 0;
+    gemm = gemm || e.key.rfind("vanilla_gemm", 0) == 0;
+  }
+  EXPECT_TRUE(subgroup && split && rowwise && gemm) << results.size() << " results";
+}
+
 // The results live beside the pipeline cache: a later process (here: the registry forgotten)
 // reads a failure back without running the check, and a file of another device, driver or
 // attnops version is not used.
