@@ -120,7 +120,9 @@ int info(const InfoArgs& a) {
                                   {"max_workgroup_invocations", d.max_workgroup_invocations},
                                   {"subgroup_size", d.subgroup_size},
                                   {"max_storage_buffer_range", d.max_storage_buffer_range},
-                                  {"shader_f16", d.shader_f16}});
+                                  {"shader_f16", d.shader_f16},
+                                  {"kernel_variants", d.kernel_variants},
+                                  {"selfchecks", d.selfchecks}});
     j["operators"] = nlohmann::json::array();
     for (const auto& r : rows)
       j["operators"].push_back({{"operator", r.op},
@@ -147,6 +149,10 @@ int info(const InfoArgs& a) {
               << "  subgroup=" << d.subgroup_size << "  storage_range=" << d.max_storage_buffer_range
               << "  f16=" << yes(d.shader_f16) << "\n      qualifies: " << yes(d.qualifies)
               << (d.qualifies ? "" : " (" + d.why_not + ")") << "\n";
+    for (const std::string& v : d.kernel_variants) std::cout << "      kernel " << v << "\n";
+    for (const std::string& c : d.selfchecks) std::cout << "      self-check " << c << "\n";
+    if (d.qualifies && d.selfchecks.empty())
+      std::cout << "      self-check: none recorded (run once with gpu.pipeline_cache set to keep them)\n";
   }
   std::cout << "\nOperators x backends (order = place in the list the dispatcher tries):\n";
   char line[256];

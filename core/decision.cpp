@@ -37,6 +37,7 @@ std::string_view reason_code_name(ReasonCode c) {
     case ReasonCode::disabled_by_config: return "disabled_by_config";
     case ReasonCode::gpu_error: return "gpu_error";
     case ReasonCode::cpu_faster: return "cpu_faster";
+    case ReasonCode::selftest_failed: return "selftest_failed";
     case ReasonCode::forced_native: return "forced_native";
   }
   return "?";

@@ -16,10 +16,13 @@
 #include "backends/common/block_map.h"
 #include "backends/cpu/tiled_cpu.h"
 #include "backends/vulkan/vulkan_backend.h"
+#include "core/cache_file.h"
 
 namespace attnops {
 
 namespace {
+
+constexpr std::size_t kMaxRatesFileBytes = 4096;  // one line of five numbers
 
 // GFLOP/s of the cpu backend's flash kernel on the gpu's calibration problem (B1 H4 T256 D64
 // f32, not causal), best of three after a warm-up.
@@ -64,11 +67,18 @@ std::optional<std::pair<CostRates, std::string>> system_cost_rates(const GpuSett
   if (vulkan::availability(settings).available) {
     const std::string file = settings.pipeline_cache.empty() ? "" : settings.pipeline_cache + ".rates";
     if (!file.empty()) {
-      std::ifstream in(file);
-      std::string line;
-      if (in && std::getline(in, line)) {
-        const CostRates r = parse_rates(line);
-        if (r.valid()) result = std::pair{r, "cache " + file};
+      // One line of a few dozen bytes, read with a bound: a path to /dev/zero, a FIFO or a huge
+      // file is ignored with a warning and the rates are measured again.
+      const CacheFileRead in = read_cache_file(file, kMaxRatesFileBytes);
+      if (in.status == CacheFileRead::Status::ok) {
+        const CostRates r = parse_rates(in.bytes.substr(0, in.bytes.find('\n')));
+        if (r.valid())
+          result = std::pair{r, "cache " + file};
+        else
+          warn_cache_file_once("cost-rate cache", file, "not a line of rates",
+                               "ignored (rates are measured again)");
+      } else if (in.status != CacheFileRead::Status::missing) {
+        warn_cache_file_once("cost-rate cache", file, in.why, "ignored (rates are measured again)");
       }
     }
     if (!result) {
@@ -81,9 +91,12 @@ std::optional<std::pair<CostRates, std::string>> system_cost_rates(const GpuSett
         r.cpu_gflops = measure_cpu_gflops();
         if (r.valid()) {
           result = std::pair{r, std::string("measured")};
-          if (!file.empty()) {
+          std::string why;
+          if (!file.empty() && cache_file_writable(file, &why)) {
             std::ofstream out(file, std::ios::trunc);
             out << format_rates(r) << "\n";
+          } else if (!file.empty()) {
+            warn_cache_file_once("cost-rate cache", file, why, "not written");
           }
         }
       }

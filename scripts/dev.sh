@@ -22,7 +22,7 @@ jobs=${ATTNOPS_JOBS:-$(nproc)}
 # shaders; mesa-vulkan-drivers (lavapipe) and the validation layers let the GPU suite run on CPUs.
 deps=(cmake ninja-build g++ pkg-config
       libeigen3-dev libyaml-cpp-dev libgtest-dev libgmock-dev libbenchmark-dev
-      libvulkan-dev glslc mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
+      libvulkan-dev glslc spirv-tools mesa-vulkan-drivers vulkan-validationlayers vulkan-tools
       libcli11-dev nlohmann-json3-dev python3-numpy gnuplot-nox
       # the Python package (python/): pybind11, DLPack's header, pytest and PyTorch for its tests
       python3-dev pybind11-dev libdlpack-dev python3-pytest python3-torch

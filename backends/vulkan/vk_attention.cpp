@@ -16,6 +16,7 @@
 #include "backends/vulkan/vk_kernel_select.h"
 #include "backends/vulkan/vk_launch.h"
 #include "backends/vulkan/vk_runtime.h"
+#include "backends/vulkan/vk_selfcheck.h"
 #include "backends/vulkan/vk_storage.h"
 #include "backends/vulkan/vk_tile_plan.h"
 #include "backends/vulkan/vulkan_debug.h"
@@ -93,9 +94,12 @@ const char* kernel_name(Kernel k) {
   return "?";
 }
 
+}  // namespace
+
 // The kernel variant for `p` on `pd` (vk_kernel_select.h), under the test / bench override
 // (vulkan_debug.h). Empty dimensions count as 1: nothing runs then, but the rules stay defined.
-Selection selection_for(Kernel kernel, const AttentionProblem& p, const rt::PhysicalDevice& pd) {
+Selection select_for(Kernel kernel, const AttentionProblem& p, const rt::PhysicalDevice& pd,
+                     const std::vector<DisabledVariant>& disabled) {
   ProblemShape shape;
   shape.vanilla = kernel == Kernel::vanilla;
   shape.want_weights = p.want_weights;
@@ -108,8 +112,10 @@ Selection selection_for(Kernel kernel, const AttentionProblem& p, const rt::Phys
   shape.Hq = at_least_1(p.Hq), shape.Hkv = at_least_1(p.Hkv), shape.D = at_least_1(p.D);
   shape.Dv = at_least_1(p.Dv);
   if (shape.Hq % shape.Hkv != 0) shape.Hkv = 1;  // rejected by the problem's checks anyway
-  return select_kernel(rt::selection_desc(pd), build_caps(), shape, debug::kernel_override());
+  return select_kernel(rt::selection_desc(pd), build_caps(), shape, debug::kernel_override(), disabled);
 }
+
+namespace {
 
 LaunchPlan plan_for(const AttentionProblem& p, const Selection& sel, const PushConstants& base) {
   return sel.variant == Variant::vanilla_gemm ? plan_vanilla_gemm(p, sel, base) : plan_flash(p, sel, base);
@@ -134,8 +140,8 @@ Sizes sizes_of(const AttentionProblem& p, const LaunchPlan& plan) {
   return s;
 }
 
-// Why `pd` cannot run `p` with `kernel` as `sel` plans it (size limits, head dims, dtype, device
-// views it cannot address), or nullopt. Shared by check_inputs and run_attention.
+}  // namespace
+
 std::optional<Reason> limits_reason(Kernel kernel, const AttentionProblem& p, const rt::PhysicalDevice& pd,
                                     const Selection& sel) {
   const auto feature = [](std::string detail) { return Reason{ReasonCode::unsupported_feature, detail}; };
@@ -176,6 +182,9 @@ std::optional<Reason> limits_reason(Kernel kernel, const AttentionProblem& p, co
     if (bytes > range)
       return feature(std::string(name) + " needs " + mib(bytes) +
                      ", over the device's maxStorageBufferRange (" + mib(range) + ")");
+    if (bytes > caps.max_allocation)
+      return feature(std::string(name) + " needs " + mib(bytes) +
+                     ", over the device's maxMemoryAllocationSize (" + mib(caps.max_allocation) + ")");
     if (bytes / 2 > static_cast<std::uint64_t>(kIntMax))  // 16-bit element indices must fit in an int
       return feature(std::string(name) + " has more than 2^31 elements");
   }
@@ -200,14 +209,17 @@ std::optional<Reason> limits_reason(Kernel kernel, const AttentionProblem& p, co
       return feature(std::string("dispatch of (") + std::to_string(step.groups[0]) + ", " +
                      std::to_string(step.groups[1]) + ", " + std::to_string(step.groups[2]) +
                      ") workgroups of " + step.label + " exceeds maxComputeWorkGroupCount (" +
-                     std::to_string(caps.max_group_count[0]) + ", " + std::to_string(caps.max_group_count[1]) +
-                     ", " + std::to_string(caps.max_group_count[2]) + ")");
+                     std::to_string(caps.max_group_count[0]) + ", " +
+                     std::to_string(caps.max_group_count[1]) + ", " +
+                     std::to_string(caps.max_group_count[2]) + ")");
   }
   if (sel.variant == Variant::flash_rowwise &&
       (kBlockQ > caps.max_invocations || kBlockQ > caps.max_group_size[0]))
     return feature("workgroups of " + std::to_string(kBlockQ) + " invocations exceed the device's limit");
   return std::nullopt;
 }
+
+namespace {
 
 // Where a q/k/v operand is read from: a slice and the shader's offset / batch / token strides.
 struct Operand {
@@ -264,15 +276,23 @@ void unpack_out(const float* f, std::size_t n, DType dtype, Tensor& out) {
 
 std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem& p,
                                            const rt::PhysicalDevice& pd) {
-  return limits_reason(kernel, p, pd, selection_for(kernel, p, pd));
+  return limits_reason(kernel, p, pd, select_for(kernel, p, pd));
 }
 
 void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const GpuSettings& settings,
                    AttentionBuffers& buffers) {
-  const bool out_on_device = p.q.on_device();
   const std::shared_ptr<rt::Device> dev = rt::device(settings);  // backend_unavailable without a device
+  std::string why;
+  const std::optional<Selection> sel = checked_selection(kernel, p, dev, settings, &why);
+  if (!sel) throw Error(ErrorCode::gpu_error, "Vulkan: " + why);
+  run_selected(kernel, p, map, dev, *sel, settings.pipeline_cache, buffers);
+}
+
+void run_selected(Kernel kernel, const AttentionProblem& p, const BlockMap* map,
+                  const std::shared_ptr<rt::Device>& dev, const Selection& sel,
+                  const std::string& pipeline_cache, AttentionBuffers& buffers, bool force_unaligned) {
+  const bool out_on_device = p.q.on_device();
   const rt::PhysicalDevice& pd = dev->physical();
-  const Selection sel = selection_for(kernel, p, pd);
   if (auto reason = limits_reason(kernel, p, pd, sel)) {
     const ErrorCode code = reason->code == ReasonCode::unsupported_dtype ? ErrorCode::unsupported_dtype
                                                                          : ErrorCode::unsupported_feature;
@@ -325,6 +345,7 @@ void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map
   pc.k_off = k.off, pc.k_sb = k.sb, pc.k_st = k.st;
   pc.v_off = v.off, pc.v_sb = v.sb, pc.v_st = v.st;
   set_alignment_flags(pc, es);
+  if (force_unaligned) pc.flags &= ~(kVec | kAligned4);  // the self-check runs the call's pipelines
   const LaunchPlan plan = plan_for(p, sel, pc);
   const Sizes sz = sizes_of(p, plan);
 
@@ -347,9 +368,8 @@ void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map
   const rt::Slice out = dev_out != nullptr && !convert ? dev_out->slice() : batch.scratch(sz.out);
 
   // Descriptor bindings (shaders/attn_io.glsl), the same for every pass of the plan.
-  const std::vector<rt::Binding> bindings = {q.slice, k.slice,   v.slice,   out,        lse,
-                                             bias,    sinks,     seg_q,     seg_kv,     row_start,
-                                             entries, part_index, bits,     scratch};
+  const std::vector<rt::Binding> bindings = {q.slice, k.slice, v.slice,   out,     lse,        bias, sinks,
+                                             seg_q,   seg_kv,  row_start, entries, part_index, bits, scratch};
   static_assert(kBindingCount == 14 && kBindingCount <= rt::Device::kBindings);
   for (const KernelStep& step : plan.steps) {
     const std::uint32_t groups[3] = {step.groups[0], step.groups[1], step.groups[2]};
@@ -378,13 +398,15 @@ void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map
     batch.download(scratch, 0, sz.scratch,
                    [&](const std::byte* src) { std::memcpy(buffers.weights->data(), src, sz.scratch); });
   batch.submit();
-  dev->persist_cache(settings.pipeline_cache);
+  dev->persist_cache(pipeline_cache);
 
   RunInfo& run = buffers.run;
   run.kernel = sel.kernel();
-  run.kernel_detail = sel.detail() + (convert ? "; convert pass to " + std::string(dtype_name(p.dtype)) : "") +
-                      (dev->direct_access() ? "; device memory mapped (no copies)" : "; staged copies") +
-                      " on " + pd.info.name;
+  run.kernel_detail =
+      sel.detail() + (convert ? "; convert pass to " + std::string(dtype_name(p.dtype)) : "") + "; " +
+      dev->data_path() +
+      "; float controls: " + (dev->float_controls().empty() ? "none" : dev->float_controls()) + " on " +
+      pd.info.name;
   const int on_dev = int(q.on_device) + int(k.on_device) + int(v.on_device);
   run.inputs = on_dev == 0 ? "host" : on_dev == 3 ? "device" : "mixed";
   run.output = out_on_device ? "device" : "host";

@@ -5,13 +5,16 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "attnops/decision.h"
 #include "attnops/problem.h"
 #include "backends/common/block_map.h"
 #include "backends/vulkan/vk_instance.h"
+#include "backends/vulkan/vk_kernel_select.h"
 #include "backends/vulkan/vulkan_backend.h"
 
 namespace attnops::vulkan {
@@ -21,11 +24,27 @@ namespace attnops::vulkan {
 std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem& p,
                                            const rt::PhysicalDevice& pd);
 
-// One call: uploads the host inputs (device-resident ones are bound where they are), one
-// submission with the attention pass (and the convert pass for a 16-bit device output), reads
-// back what the caller keeps on the host. Fills buffers.run.
+// One call: the variant chosen and self-checked (vk_selfcheck.h), then run_selected.
 void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const GpuSettings& settings,
                    AttentionBuffers& buffers);
+
+// The variant for `p` on `pd` (vk_kernel_select.h) under the test / bench override
+// (vulkan_debug.h), passing over `disabled` ones. Pure.
+Selection select_for(Kernel kernel, const AttentionProblem& p, const rt::PhysicalDevice& pd,
+                     const std::vector<DisabledVariant>& disabled = {});
+// Why `pd` cannot run `p` with `kernel` as `sel` plans it, or nullopt. Pure.
+std::optional<Reason> limits_reason(Kernel kernel, const AttentionProblem& p, const rt::PhysicalDevice& pd,
+                                    const Selection& sel);
+// One call with a chosen variant: uploads the host inputs (device-resident ones are bound where
+// they are), one submission with the attention pass (and the convert pass for a 16-bit device
+// output), reads back what the caller keeps on the host; writes the pipeline cache to
+// `pipeline_cache` when it is set. Fills buffers.run.
+namespace rt {
+class Device;
+}
+void run_selected(Kernel kernel, const AttentionProblem& p, const BlockMap* map,
+                  const std::shared_ptr<rt::Device>& dev, const Selection& sel,
+                  const std::string& pipeline_cache, AttentionBuffers& buffers, bool force_unaligned = false);
 
 // Helpers of the launch files (vk_attention.cpp, vk_backward.cpp).
 namespace rt {

@@ -148,6 +148,9 @@ std::optional<Reason> backward_limits_reason(const BackwardProblem& bp, const rt
     if (bytes > range)
       return feature(std::string(name) + " needs " + mib(bytes) +
                      ", over the device's maxStorageBufferRange (" + mib(range) + ")");
+    if (bytes > pd.caps.max_allocation)
+      return feature(std::string(name) + " needs " + mib(bytes) +
+                     ", over the device's maxMemoryAllocationSize (" + mib(pd.caps.max_allocation) + ")");
     if (bytes / 2 > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
       return feature(std::string(name) + " has more than 2^31 elements");
   }
@@ -281,9 +284,10 @@ void launch_backward(const BackwardProblem& bp, const GpuSettings& settings, Gra
   run.kernel_detail = std::string("FlashAttention-2 backward: dq pass + dk/dv pass") +
                       (grads.dsinks ? " + dsinks pass" : "") + ", " + std::to_string(kTile) + "x" +
                       std::to_string(kTile) + " tiles, DMAX " + std::to_string(dmax) +
-                      (pc.loop_b || pc.loop_h ? ", broadcast dbias summed per key invocation" : "") +
-                      (dev->direct_access() ? ", device memory mapped (no copies)" : ", staged copies") +
-                      " on " + pd.info.name;
+                      (pc.loop_b || pc.loop_h ? ", broadcast dbias summed per key invocation" : "") + ", " +
+                      dev->data_path() + ", float controls: " +
+                      (dev->float_controls().empty() ? "none" : dev->float_controls()) + " on " +
+                      pd.info.name;
   run.inputs = "host";
   run.output = "host";
   run.bytes_to_device = batch.bytes_to_device();

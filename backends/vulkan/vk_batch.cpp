@@ -57,7 +57,8 @@ Batch::Batch(Device& dev, bool profile)
 }
 
 Batch::~Batch() {
-  if (dev_.shut_down()) return;
+  // An abandoned (hung) device may still run this batch's work: its memory stays as it is.
+  if (dev_.shut_down() || dev_.hung()) return;
   for (const Slice& s : scratch_) dev_.memory().free(s);
   try {
     dev_.staging().reset();  // may grow the ring (an allocation): never throw from here
@@ -132,12 +133,26 @@ void Batch::dispatch(const PipelineKey& key, const std::vector<Binding>& binding
   const VkDescriptorSet set = dev_.descriptor_set(dispatches_);
   VkDescriptorBufferInfo infos[Device::kBindings];
   VkWriteDescriptorSet writes[Device::kBindings];
+  // A binding covers what its slice holds (rounded up to its class, or its own block) past the
+  // offset, up to maxStorageBufferRange; what the kernel uses (the bytes asked for) must fit the
+  // range. The gates refuse larger buffers before anything runs (vk_attention.cpp,
+  // vk_backward.cpp), so a binding over it here is a bug reported as gpu_error (the next backend
+  // runs), never a range clamped silently under the kernel.
   const VkDeviceSize max_range = dev_.caps().max_storage_buffer_range;
+  const VkDeviceSize planning_range = debug::max_buffer_bytes() > 0
+                                          ? std::min<VkDeviceSize>(max_range, debug::max_buffer_bytes())
+                                          : max_range;
   for (std::uint32_t b = 0; b < Device::kBindings; ++b) {
     const Binding& bd = b < bindings.size() ? bindings.begin()[b] : Binding(dev_.dummy());
     const Slice& s = bd.slice.valid() ? bd.slice : dev_.dummy();
-    VkDeviceSize range = bd.size > 0 ? bd.size : s.size - bd.offset;
-    infos[b] = {s.buffer, s.offset + bd.offset, std::min(range, max_range)};
+    const VkDeviceSize held = bd.size > 0 ? bd.size : s.size - bd.offset;
+    const VkDeviceSize used = bd.size > 0 ? bd.size : (s.bytes > bd.offset ? s.bytes - bd.offset : held);
+    if (used > planning_range)
+      throw Error(ErrorCode::gpu_error, std::string("Vulkan: binding ") + std::to_string(b) + " of " + label +
+                                            " needs " + std::to_string(used) +
+                                            " bytes, over maxStorageBufferRange (" +
+                                            std::to_string(planning_range) + ")");
+    infos[b] = {s.buffer, s.offset + bd.offset, std::min(held, max_range)};
     writes[b] = make<VkWriteDescriptorSet>(VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET);
     writes[b].dstSet = set;
     writes[b].dstBinding = b;
@@ -162,7 +177,7 @@ void Batch::download(const Slice& src, VkDeviceSize offset, VkDeviceSize bytes,
                      std::function<void(const std::byte*)> consume) {
   if (bytes == 0) return;
   bytes_down_ += bytes;
-  if (dev_.direct_access() && src.mapped != nullptr) {
+  if (dev_.direct_reads() && src.mapped != nullptr) {
     downloads_.push_back({src, offset, bytes, &dev_.memory(), std::move(consume)});
     return;
   }
@@ -176,6 +191,14 @@ void Batch::download(const Slice& src, VkDeviceSize offset, VkDeviceSize bytes,
 void Batch::submit() {
   if (submitted_) throw Error(ErrorCode::internal, "Vulkan: a batch was submitted twice");
   submitted_ = true;
+  if (debug::injected_fault() == debug::Fault::hang) {
+    // Test support: the queue waits, after all the work, for an event only the host sets
+    // (debug::release_injected_hangs): a submission that does not finish, as a hung kernel.
+    const VkEvent e = dev_.hang_event();
+    vkCmdWaitEvents(cmd_, 1, &e, VK_PIPELINE_STAGE_HOST_BIT,
+                    VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, nullptr, 0,
+                    nullptr, 0, nullptr);
+  }
   if (phase_ != Phase::download) stamp_computed_ = stamps_;
   stamp();
   // Device writes -> host reads after the fence.
@@ -206,14 +229,16 @@ void Batch::submit() {
   const std::uint64_t timeout = dev_.fence_timeout_ns();
   r = vkWaitForFences(dev_.handle(), 1, &fence, VK_TRUE, timeout);
   if (r == VK_TIMEOUT) {
-    // The work is still pending and uses pooled memory: wait until the device finishes or is
-    // declared lost (drivers reset hung queues) before that memory is reused. A device that
-    // comes back idle stays usable; only the late call fails.
-    if (VkResult idle = vkDeviceWaitIdle(dev_.handle()); idle != VK_SUCCESS)
-      dev_.mark_lost("fence wait timed out, then vkDeviceWaitIdle: " + result_name(idle));
-    throw Error(ErrorCode::gpu_error, "Vulkan: fence wait timed out after " +
-                                          std::to_string(timeout / 1000000) +
-                                          " ms (VK_TIMEOUT); set ATTNOPS_VK_TIMEOUT_MS to allow longer");
+    // The work is still running (a hung kernel, or one slower than the timeout) and uses pooled
+    // memory. vkDeviceWaitIdle has no timeout, so it is not called: the device is abandoned as
+    // lost (its memory is neither freed nor reused; the runtime destroys it once that work has
+    // finished, vk_runtime.cpp) and the call fails now; the next call gets a new device.
+    const std::string why = "fence wait timed out after " + std::to_string(timeout / 1000000) + " ms";
+    dev_.mark_hung(why + ": the device was abandoned (a hung kernel?)");
+    throw Error(ErrorCode::gpu_error,
+                "Vulkan: " + why +
+                    " (VK_TIMEOUT); the device is abandoned and replaced on the next call; set "
+                    "ATTNOPS_VK_TIMEOUT_MS to allow longer");
   }
   if (r == VK_ERROR_DEVICE_LOST) dev_.mark_lost("vkWaitForFences: VK_ERROR_DEVICE_LOST");
   check(r, "vkWaitForFences");

@@ -98,6 +98,10 @@ PhysicalDevice describe_device(VkInstance inst, VkPhysicalDevice h, int index) {
   VkPhysicalDeviceProperties props{};
   vkGetPhysicalDeviceProperties(h, &props);
   pd.api_version = props.apiVersion;
+  pd.vendor_id = props.vendorID;
+  pd.device_id = props.deviceID;
+  pd.driver_version = props.driverVersion;
+  std::memcpy(pd.cache_uuid, props.pipelineCacheUUID, sizeof pd.cache_uuid);
   DeviceCaps& c = pd.caps;
   const VkPhysicalDeviceLimits& lim = props.limits;
   c.max_shared_memory = lim.maxComputeSharedMemorySize;
@@ -157,15 +161,25 @@ PhysicalDevice describe_device(VkInstance inst, VkPhysicalDevice h, int index) {
       tail = &sm.pNext;
     }
     if (pd.has_extension(VK_AMD_SHADER_CORE_PROPERTIES_EXTENSION_NAME)) *tail = &amd;
+    auto fcp = make<VkPhysicalDeviceFloatControlsProperties>(
+        VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FLOAT_CONTROLS_PROPERTIES);
+    fcp.pNext = &subgroup;
     auto props2 = make<VkPhysicalDeviceProperties2>(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2);
-    props2.pNext = &subgroup;
+    props2.pNext = &fcp;
     vkGetPhysicalDeviceProperties2(h, &props2);
+    c.float_controls.signed_zero_inf_nan_16 = fcp.shaderSignedZeroInfNanPreserveFloat16 == VK_TRUE;
+    c.float_controls.signed_zero_inf_nan_32 = fcp.shaderSignedZeroInfNanPreserveFloat32 == VK_TRUE;
+    c.float_controls.rte_16 = fcp.shaderRoundingModeRTEFloat16 == VK_TRUE;
+    c.float_controls.rte_32 = fcp.shaderRoundingModeRTEFloat32 == VK_TRUE;
+    c.float_controls.rounding_independent =
+        fcp.roundingModeIndependence != VK_SHADER_FLOAT_CONTROLS_INDEPENDENCE_NONE;
     c.subgroup_size = subgroup.subgroupSize;
     c.subgroup_ops = subgroup.supportedOperations;
     c.subgroup_ops_compute = (subgroup.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) != 0;
     c.compute_units = sm.shaderSMCount;
     if (c.compute_units == 0)
-      c.compute_units = amd.shaderEngineCount * amd.shaderArraysPerEngineCount * amd.computeUnitsPerShaderArray;
+      c.compute_units =
+          amd.shaderEngineCount * amd.shaderArraysPerEngineCount * amd.computeUnitsPerShaderArray;
     c.max_allocation = m3.maxMemoryAllocationSize;
     c.min_subgroup_size = c.max_subgroup_size = c.subgroup_size;
     if (size_control) {
@@ -275,8 +289,8 @@ std::vector<CoopMatShape> subgroup_shapes(const std::vector<CoopMatShape>& all) 
 std::vector<vulkan::CoopMatShape> mat_shapes(const std::vector<CoopMatShape>& all) {
   std::vector<vulkan::CoopMatShape> out;
   for (const CoopMatShape& s : subgroup_shapes(all))
-    out.push_back({s.M, s.N, s.K, mat_type(s.a_type), mat_type(s.b_type), mat_type(s.c_type),
-                   mat_type(s.result_type)});
+    out.push_back(
+        {s.M, s.N, s.K, mat_type(s.a_type), mat_type(s.b_type), mat_type(s.c_type), mat_type(s.result_type)});
   return out;
 }
 
@@ -293,7 +307,9 @@ DeviceDesc selection_desc(const PhysicalDevice& pd) {
   d.min_subgroup_size = d.subgroup_size_control ? c.min_subgroup_size : c.subgroup_size;
   d.max_subgroup_size = d.subgroup_size_control ? c.max_subgroup_size : c.subgroup_size;
   d.full_subgroups = c.compute_full_subgroups;
-  const auto op = [&](VkSubgroupFeatureFlags bit) { return c.subgroup_ops_compute && (c.subgroup_ops & bit) != 0; };
+  const auto op = [&](VkSubgroupFeatureFlags bit) {
+    return c.subgroup_ops_compute && (c.subgroup_ops & bit) != 0;
+  };
   d.subgroup_shuffle = op(VK_SUBGROUP_FEATURE_SHUFFLE_BIT);
   d.subgroup_arithmetic = op(VK_SUBGROUP_FEATURE_ARITHMETIC_BIT);
   d.subgroup_ballot = op(VK_SUBGROUP_FEATURE_BALLOT_BIT);

@@ -15,6 +15,8 @@ std::atomic<std::uint64_t> g_max_buffer_bytes{0}, g_memory_limit{0};
 std::atomic<bool> g_force_staging{false};
 std::mutex g_override_mu;
 KernelOverride g_override;
+std::optional<DeviceOverride> g_device_override;
+std::string g_wrong_variant;
 }  // namespace
 
 bool validation_enabled() {
@@ -43,8 +45,28 @@ Fault injected_fault() {
   std::string v = rt::env_string("ATTNOPS_VK_INJECT_FAULT");
   for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (v == "oom" || v == "out_of_memory") return Fault::out_of_memory;
+  if (v == "hang") return Fault::hang;
+  if (v.rfind("wrong_result", 0) == 0) return Fault::wrong_result;
   if (rt::env_flag("ATTNOPS_VK_INJECT_FAULT") || v == "device_lost") return Fault::device_lost;
   return Fault::none;
+}
+
+void set_wrong_result_variant(const std::string& variant) {
+  std::lock_guard<std::mutex> lock(g_override_mu);
+  g_wrong_variant = variant;
+}
+std::string wrong_result_variant() {
+  {
+    std::lock_guard<std::mutex> lock(g_override_mu);
+    if (!g_wrong_variant.empty()) return g_wrong_variant;
+  }
+  const std::string v = rt::env_string("ATTNOPS_VK_INJECT_FAULT");
+  const auto colon = v.find(':');
+  return colon == std::string::npos ? "" : v.substr(colon + 1);
+}
+
+void release_injected_hangs() {
+  rt::release_hangs();
 }
 bool inject_fault_active() {
   return injected_fault() != Fault::none;
@@ -107,6 +129,15 @@ std::string device_summary(const GpuSettings& settings) {
       ", device-local host-visible " + (c.device_local_host_visible ? "yes" : "no") + ", budget " +
       (c.memory_budget ? "yes" : "no") + ", external host memory " + (c.external_memory_host ? "yes" : "no");
   return s;
+}
+
+void set_device_override(std::optional<DeviceOverride> o) {
+  std::lock_guard<std::mutex> lock(g_override_mu);
+  g_device_override = std::move(o);
+}
+std::optional<DeviceOverride> device_override() {
+  std::lock_guard<std::mutex> lock(g_override_mu);
+  return g_device_override;
 }
 
 void set_kernel_override(const KernelOverride& o) {

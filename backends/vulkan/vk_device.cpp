@@ -116,6 +116,10 @@ void Device::shutdown() {
   if (device_ == VK_NULL_HANDLE) return;
   if (!lost()) vkDeviceWaitIdle(device_);
   if (staging_) staging_->destroy();
+  {
+    std::lock_guard<std::mutex> lock(hang_mu_);
+    hang_event_.reset();
+  }
   staging_.reset();
   staging_pool_.reset();
   memory_.reset();
@@ -133,6 +137,40 @@ void Device::shutdown() {
   vkDestroyDevice(device_, nullptr);
   device_ = VK_NULL_HANDLE;
   if (lost_reason_.empty()) lost_reason_ = "the GPU state was released (attnops::release_gpu)";
+}
+
+bool Device::wait_last_submission(std::uint64_t ns) {
+  if (device_ == VK_NULL_HANDLE) return true;
+  VkFence f = fence_.get();
+  return vkWaitForFences(device_, 1, &f, VK_TRUE, ns) == VK_SUCCESS;
+}
+
+VkEvent Device::hang_event() {
+  if (hang_event_.get() == VK_NULL_HANDLE) {
+    auto eci = make<VkEventCreateInfo>(VK_STRUCTURE_TYPE_EVENT_CREATE_INFO);
+    VkEvent e = VK_NULL_HANDLE;
+    check(vkCreateEvent(device_, &eci, nullptr, &e), "vkCreateEvent");
+    hang_event_ = Owned<VkEvent>(device_, e, vkDestroyEvent);
+  }
+  hang_set_ = false;
+  check(vkResetEvent(device_, hang_event_.get()), "vkResetEvent");
+  return hang_event_.get();
+}
+
+void Device::release_hang() {
+  // vkSetEvent needs no lock but the event's (the thread that waits on the hung submission
+  // holds mutex()); a set event stays set until the next hang_event().
+  std::lock_guard<std::mutex> lock(hang_mu_);
+  if (hang_event_.get() != VK_NULL_HANDLE && !hang_set_ && device_ != VK_NULL_HANDLE) {
+    vkSetEvent(device_, hang_event_.get());
+    hang_set_ = true;
+  }
+}
+
+std::string Device::data_path() const {
+  if (direct_reads()) return "device memory mapped (no copies)";
+  if (direct_access()) return "uploads mapped, read-backs through the staging ring (discrete device)";
+  return "staged copies";
 }
 
 void Device::check_usable() const {

@@ -37,6 +37,13 @@ struct PipelineKey {
   auto operator<=>(const PipelineKey&) const = default;
 };
 
+// The pipeline cache file's bytes to seed a device's VkPipelineCache with, or nothing: read with
+// a bound (kMaxPipelineCacheBytes) and only from a regular file; a file that cannot be used is
+// treated as absent with a warning on stderr, data of another device or driver silently
+// (vk_pipelines.cpp).
+inline constexpr std::size_t kMaxPipelineCacheBytes = std::size_t{64} << 20;
+std::string pipeline_cache_seed(const std::string& path, const PhysicalDevice& pd);
+
 class Device {
  public:
   // Descriptor bindings 0..kBindings-1 (storage buffers) of the one set layout every pipeline
@@ -61,6 +68,22 @@ class Device {
   bool lost() const { return !lost_reason_.empty(); }
   const std::string& lost_reason() const { return lost_reason_; }
   void mark_lost(std::string why) { lost_reason_ = std::move(why); }
+  // A fence wait that timed out: the device is abandoned as lost with work still running on it,
+  // so its memory is neither freed nor reused, and the runtime destroys it only once that work is
+  // known to have finished (vk_runtime.cpp).
+  void mark_hung(std::string why) {
+    hung_ = true;
+    mark_lost(std::move(why));
+  }
+  bool hung() const { return hung_; }
+  // Waits up to `ns` for the last submission; true when it has finished. Requires mutex().
+  bool wait_last_submission(std::uint64_t ns);
+  // Test support (debug::Fault::hang): an event, reset (created on first use), that the last
+  // command of a submission waits for and only the host sets: the queue does not finish until
+  // release_hang() sets it. release_hang() does not take mutex() (the thread that waits on the
+  // hung submission holds it).
+  VkEvent hang_event();
+  void release_hang();
   // Throws Error(gpu_error) when the device cannot take work.
   void check_usable() const;
 
@@ -69,13 +92,25 @@ class Device {
   VkPipelineLayout pipeline_layout() const { return pipeline_layout_.get(); }
   // Writes the pipeline cache to `path` when it holds pipelines not yet written there.
   void persist_cache(const std::string& path);
+  // The float controls declared on the attention modules created so far (vk_spirv.h), e.g.
+  // "SignedZeroInfNanPreserve 32", or empty (none supported, ATTNOPS_VK_FLOAT_CONTROLS=0).
+  const std::string& float_controls() const { return float_controls_; }
 
   // Memory.
   MemoryPool& memory() { return *memory_; }
   MemoryPool& staging_pool() { return *staging_pool_; }
   StagingRing& staging() { return *staging_; }
-  // Whether device memory is read and written through its host mapping (copies skipped).
+  // Whether device memory is written through its host mapping (upload copies skipped).
   bool direct_access() const { return memory_ && memory_->host_visible(); }
+  // Whether read-backs read device memory through its mapping: only where that memory is the
+  // host's own (UMA: integrated GPUs, software devices). On a discrete GPU whose memory is
+  // host-visible (resizable BAR) a mapped read is an uncached PCIe read per element, so
+  // downloads go through the host-cached staging ring there.
+  bool direct_reads() const {
+    return direct_access() && (pd_.info.type == "integrated" || pd_.info.type == "cpu");
+  }
+  // How data moves, for RunInfo: "device memory mapped (no copies)", ...
+  std::string data_path() const;
   // 256 zero bytes bound to bindings a kernel does not use.
   const Slice& dummy() const { return dummy_; }
 
@@ -112,10 +147,15 @@ class Device {
   std::string saved_path_;
   bool cache_dirty_ = false;
   std::vector<Owned<VkShaderModule>> modules_;  // by ShaderId, created on first use
+  std::string float_controls_;
   std::map<PipelineKey, Owned<VkPipeline>> pipelines_;
   std::unique_ptr<MemoryPool> memory_, staging_pool_;
   std::unique_ptr<StagingRing> staging_;
   Slice dummy_;
+  bool hung_ = false;
+  std::mutex hang_mu_;
+  Owned<VkEvent> hang_event_;
+  bool hang_set_ = false;
 };
 
 }  // namespace attnops::vulkan::rt

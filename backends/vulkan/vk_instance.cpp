@@ -186,8 +186,20 @@ Instance::Instance() {
   std::vector<VkPhysicalDevice> handles(n);
   if (r == VK_SUCCESS && n > 0) r = vkEnumeratePhysicalDevices(instance_, &n, handles.data());
   if (r != VK_SUCCESS && r != VK_INCOMPLETE) n = 0;
-  for (std::uint32_t i = 0; i < n; ++i)
-    devices_.push_back(describe_device(instance_, handles[i], static_cast<int>(i)));
+  const std::optional<debug::DeviceOverride> injected = debug::device_override();
+  for (std::uint32_t i = 0; i < n; ++i) {
+    PhysicalDevice pd = describe_device(instance_, handles[i], static_cast<int>(i));
+    if (injected) {  // tests: a description the real device can honour (vulkan_debug.h)
+      if (injected->type) pd.info.type = *injected->type;
+      if (injected->compute_units) pd.caps.compute_units = *injected->compute_units;
+      if (injected->max_storage_buffer_range)
+        pd.caps.max_storage_buffer_range = pd.info.max_storage_buffer_range =
+            std::min(pd.caps.max_storage_buffer_range, *injected->max_storage_buffer_range);
+      if (injected->max_allocation)
+        pd.caps.max_allocation = std::min(pd.caps.max_allocation, *injected->max_allocation);
+    }
+    devices_.push_back(std::move(pd));
+  }
 }
 
 Instance::~Instance() {

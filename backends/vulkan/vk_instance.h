@@ -11,6 +11,7 @@
 #include "attnops/host.h"
 #include "attnops/metadata.h"
 #include "backends/vulkan/vk_device_desc.h"
+#include "backends/vulkan/vk_spirv.h"
 #include "backends/vulkan/vk_util.h"
 #include "backends/vulkan/vulkan_debug.h"
 
@@ -50,6 +51,7 @@ struct DeviceCaps {
   // Arithmetic and storage types (enabled when present).
   bool shader_float16 = false, shader_int8 = false, storage_16bit = false, storage_8bit = false;
   bool vulkan_memory_model = false;  // feature vulkanMemoryModel (the cooperative-matrix kernels)
+  FloatControls float_controls;      // VkPhysicalDeviceFloatControlsProperties (vk_spirv.h)
   bool shader_bf16 = false;          // VK_KHR_shader_bfloat16 listed (reported; no kernel uses it yet)
   // Cooperative matrices (extension enabled with its feature when present).
   bool coopmat_khr = false, coopmat_nv = false;
@@ -72,6 +74,10 @@ struct PhysicalDevice {
   GpuDeviceInfo info;  // qualifies / why_not filled in by list_devices()
   DeviceCaps caps;
   std::uint32_t api_version = 0;
+  // Identity of the device and its driver: the pipeline cache's header
+  // (VkPipelineCacheHeaderVersionOne) and the self-check cache are keyed by them.
+  std::uint32_t vendor_id = 0, device_id = 0, driver_version = 0;
+  std::uint8_t cache_uuid[16] = {};
   std::uint32_t compute_family = UINT32_MAX;  // UINT32_MAX: no compute queue
   std::vector<std::string> extensions;        // device extensions the driver offers
   bool has_extension(const char* name) const;

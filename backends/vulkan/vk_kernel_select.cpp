@@ -6,7 +6,6 @@
 #include <cstdlib>
 #include <sstream>
 
-
 namespace attnops::vulkan {
 
 BuildCaps build_caps() {
@@ -99,16 +98,19 @@ std::optional<SubgroupTiles> subgroup_tiles(const DeviceDesc& dev, const Problem
   // (lavapipe, B1 H16 Tq1 Tk4096 D128: 100 ms row-wise against 243-291 ms here, 1 of 8 lanes busy;
   // with GQA 8 the lanes fill and this kernel with split-KV takes 32 ms against 255 ms row-wise).
   if (cpu && !force.variant && available * 8 <= sg) {
-    *why = "software device with " + std::to_string(available) + " row(s) per kv head for " + std::to_string(sg) +
-           " lanes (a lane per row would idle the rest)";
+    *why = "software device with " + std::to_string(available) + " row(s) per kv head for " +
+           std::to_string(sg) + " lanes (a lane per row would idle the rest)";
     return std::nullopt;
   }
   SubgroupTiles t;
 
   // Lanes per row: on a GPU keep >= 8 rows per subgroup, and more lanes while a lane would hold
   // over 32 vec4 of q and o (register pressure), but never more lanes than the row has vec4s,
-  // and none without subgroup shuffles.
-  const std::uint32_t ds_max = dev.subgroup_shuffle ? std::min<std::uint32_t>(sg_min, 16) : 1;
+  // and none without subgroup shuffles. A team of several lanes is numbered by subgroup lane
+  // (flash_tiled.comp), which needs every subgroup full: full subgroups required, or a fixed
+  // subgroup size (the workgroup is a whole number of subgroups).
+  const bool teams_ok = dev.full_subgroups || fixed_size;
+  const std::uint32_t ds_max = dev.subgroup_shuffle && teams_ok ? std::min<std::uint32_t>(sg_min, 16) : 1;
   t.ds = 1;
   if (!cpu) {
     t.ds = std::min(ds_max, pow2_floor(std::max<std::uint32_t>(1, sg_min / 8)));
@@ -184,18 +186,24 @@ std::optional<SubgroupTiles> subgroup_tiles(const DeviceDesc& dev, const Problem
   t.ku = cpu ? 1 : std::min<std::uint32_t>(t.bc, 8);
   if (force.ku != 0 && is_pow2(force.ku) && force.ku <= t.bc) t.ku = force.ku;
 
-  // Split-KV (flash-decoding): when the problem has fewer workgroups than about twice the
-  // device's multiprocessors (16 on a software device, 64 when the count is unknown), each row's
-  // tiles are cut into chunks, each of >= 4 tiles, merged afterwards; the partials must fit a
-  // buffer.
+  // Split-KV (flash-decoding): when the problem has fewer workgroups than the device wants
+  // resident, each row's tiles are cut into chunks, each of >= 4 tiles, merged afterwards; the
+  // partials must fit a buffer. The target is sized from the compute units and the subgroups a
+  // workgroup holds: about 8 subgroups per compute unit (2 workgroups of 4 subgroups, 8 of one:
+  // a decode's one-subgroup workgroups would otherwise leave most of each unit idle); 16 on a
+  // software device, 64 when the count is unknown. At most 256 chunks (the merge reads them
+  // all per row).
   const std::uint64_t base_groups = ceil_div(static_cast<std::uint64_t>(p.Tq), t.q_rows) *
                                     static_cast<std::uint64_t>(p.Hq / t.head_rows) *
                                     static_cast<std::uint64_t>(p.B);
-  const std::uint64_t want = dev.compute_units ? 2u * dev.compute_units : (dev.software ? 16u : 64u);
+  const std::uint64_t subgroups_per_group = std::max<std::uint64_t>(1, t.wg / sg);
+  const std::uint64_t groups_per_unit = std::max<std::uint64_t>(2, 8 / subgroups_per_group);
+  const std::uint64_t want =
+      dev.compute_units ? groups_per_unit * dev.compute_units : (dev.software ? 16u : 64u);
   const std::uint64_t tiles = ceil_div(static_cast<std::uint64_t>(p.Tk), t.bc);
   std::uint64_t nsplit = 1;
   if (base_groups < want && tiles >= 8)
-    nsplit = std::min<std::uint64_t>({ceil_div(want, base_groups), tiles / 4, 64});
+    nsplit = std::min<std::uint64_t>({ceil_div(want, base_groups), tiles / 4, kMaxSplits});
   if (force.nsplit != 0) nsplit = std::min<std::uint64_t>(force.nsplit, std::max<std::uint64_t>(tiles, 1));
   const std::uint64_t row_bytes =
       static_cast<std::uint64_t>(p.B * p.Hq * p.Tq) * static_cast<std::uint64_t>(p.Dv + 2) * 4u;
@@ -247,6 +255,16 @@ std::optional<CoopTiles> coop_tiles(const DeviceDesc& dev, const std::vector<Coo
     return std::nullopt;
   }
   const std::uint32_t sg = dev.subgroup_size;
+  // The kernel maps lanes to matrix rows by the specialization constant SG: every subgroup must
+  // have exactly SG lanes (a required size, or a device with one size) and be full.
+  const bool size_guaranteed =
+      dev.subgroup_size_control || (dev.min_subgroup_size == sg && dev.max_subgroup_size == sg);
+  if (!size_guaranteed || !dev.full_subgroups) {
+    *why =
+        "the subgroup size is not guaranteed (needs subgroup size control or a single size, and full "
+        "subgroups)";
+    return std::nullopt;
+  }
   if (sg < 16 || sg > 128 || !is_pow2(sg)) {
     *why = "subgroup size " + std::to_string(sg) +
            " (16 to 128 lanes needed: a row's softmax takes sg/16 lanes)";
@@ -312,6 +330,48 @@ std::optional<Variant> parse_variant(const std::string& name) {
   return std::nullopt;
 }
 
+std::vector<std::string> variant_support(const DeviceDesc& dev, const BuildCaps& caps) {
+  ProblemShape canonical;
+  canonical.dtype = DType::f16;
+  canonical.B = 1;
+  canonical.Tq = canonical.Tk = 4096;
+  canonical.Hq = canonical.Hkv = 16;
+  canonical.D = canonical.Dv = 128;
+  std::vector<std::string> out;
+  for (Variant v : {Variant::flash_coopmat_khr, Variant::flash_coopmat_nv, Variant::flash_subgroup,
+                    Variant::flash_rowwise, Variant::vanilla_gemm}) {
+    std::string line = std::string(variant_name(v)) + ": ";
+    const bool built = v == Variant::flash_coopmat_khr  ? caps.coopmat_khr
+                       : v == Variant::flash_coopmat_nv ? caps.coopmat_nv
+                                                        : true;
+    if (!built) {
+      line += std::string("not in this build (its glslc lacks ") +
+              (v == Variant::flash_coopmat_khr ? "GL_KHR_cooperative_matrix" : "GL_NV_cooperative_matrix") +
+              "; glslang 13+ for KHR)";
+      out.push_back(line);
+      continue;
+    }
+    ProblemShape p = canonical;
+    p.vanilla = v == Variant::vanilla_gemm;
+    p.scores_fit = true;
+    KernelOverride force;
+    force.variant = v;
+    const Selection s = select_kernel(dev, caps, p, force);
+    line += "built; this device: ";
+    if (s.variant == v) {
+      line += "yes";
+    } else {
+      std::string why = "no";
+      for (const std::string& r : s.not_taken)
+        if (r.rfind(std::string(variant_name(v)) + ": ", 0) == 0)
+          why = "no (" + r.substr(r.find(": ") + 2) + ")";
+      line += why;
+    }
+    out.push_back(line);
+  }
+  return out;
+}
+
 KernelOverride parse_tiles(const std::string& text, KernelOverride base) {
   std::istringstream in(text);
   std::string item;
@@ -359,15 +419,21 @@ std::string Selection::detail() const {
       break;
   }
   if (required_size) os << ", subgroup size required";
+  if (!selfcheck.empty()) os << ", self-check " << selfcheck;
   for (const std::string& r : not_taken) os << "; " << r;
   return os.str();
 }
 
 Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const ProblemShape& p,
-                        const KernelOverride& force) {
+                        const KernelOverride& force, const std::vector<DisabledVariant>& disabled) {
   Selection s;
   const auto pass = [&](Variant v, const std::string& why) {
     s.not_taken.push_back(std::string(variant_name(v)) + ": " + why);
+  };
+  const auto disabled_why = [&](Variant v) -> const std::string* {
+    for (const DisabledVariant& d : disabled)
+      if (d.variant == v) return &d.why;
+    return nullptr;
   };
   const bool forced = force.variant.has_value();
   if (forced) s.not_taken.push_back(std::string("forced ") + variant_name(*force.variant));
@@ -376,14 +442,22 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
   // the problem is not a decode; otherwise it computes the same function with the flash kernels.
   const bool decode = p.Tq <= kDecodeMaxTq;
   if (p.vanilla && (p.want_weights || !forced || *force.variant == Variant::vanilla_gemm)) {
-    if (p.want_weights || (p.scores_fit && !decode) || (forced && p.scores_fit)) {
+    if (const std::string* why = disabled_why(Variant::vanilla_gemm)) {
+      pass(Variant::vanilla_gemm, *why);
+      if (p.want_weights) {  // only vanilla_gemm computes the weights
+        s.variant = Variant::vanilla_gemm;
+        s.exhausted = true;
+        return s;
+      }
+    } else if (p.want_weights || (p.scores_fit && !decode) || (forced && p.scores_fit)) {
       s.variant = Variant::vanilla_gemm;
       return s;
+    } else {
+      pass(Variant::vanilla_gemm,
+           !p.scores_fit ? "the scores [B, Hq, Tq, Tk] f32 exceed the buffer range (no weights asked)"
+                         : "decode-shaped (Tq=" + std::to_string(p.Tq) + " <= " +
+                               std::to_string(kDecodeMaxTq) + ", no weights asked): split-KV flash instead");
     }
-    pass(Variant::vanilla_gemm,
-         !p.scores_fit ? "the scores [B, Hq, Tq, Tk] f32 exceed the buffer range (no weights asked)"
-                       : "decode-shaped (Tq=" + std::to_string(p.Tq) + " <= " + std::to_string(kDecodeMaxTq) +
-                             ", no weights asked): split-KV flash instead");
   }
 
   const auto wants = [&](Variant v) { return !forced || *force.variant == v; };
@@ -401,6 +475,10 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
   };
   for (const auto& c : coop) {
     if (!wants(c.v)) continue;
+    if (const std::string* why = disabled_why(c.v)) {
+      pass(c.v, *why);
+      continue;
+    }
     if (!c.built) {
       pass(c.v, std::string("not compiled in (this build's glslc lacks ") + c.glsl + ")");
       continue;
@@ -411,6 +489,20 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
     }
     std::string why;
     if (auto t = coop_tiles(dev, *c.shapes, p, &why)) {
+      // This kernel walks a row's keys in one workgroup (no split-KV): a short query over a long
+      // context (B1 Hq8 Hkv1 Tq2 Tk32768: one workgroup) would leave the device idle. Where its
+      // grid is under the split rule's target (2 x compute units, as flash_subgroup's) and the
+      // keys span >= 8 of its tiles, flash_subgroup with split-KV runs instead (ggml splits
+      // every FA path by the same rule).
+      const std::uint64_t groups = ceil_div(static_cast<std::uint64_t>(p.Tq), t->q_rows) *
+                                   static_cast<std::uint64_t>(p.Hq / t->head_rows) *
+                                   static_cast<std::uint64_t>(p.B);
+      const std::uint64_t target = dev.compute_units ? 2u * dev.compute_units : (dev.software ? 16u : 64u);
+      if (!forced && groups < target && ceil_div(static_cast<std::uint64_t>(p.Tk), t->bc) >= 8) {
+        pass(c.v, std::to_string(groups) + " workgroup(s) for a target of " + std::to_string(target) +
+                      " and no split-KV in this kernel: flash_subgroup with split-KV instead");
+        continue;
+      }
       s.variant = c.v;
       s.coop = *t;
       s.required_size = dev.subgroup_size_control;
@@ -420,7 +512,9 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
     pass(c.v, why);
   }
 
-  if (wants(Variant::flash_subgroup)) {
+  if (wants(Variant::flash_subgroup) && disabled_why(Variant::flash_subgroup) != nullptr) {
+    pass(Variant::flash_subgroup, *disabled_why(Variant::flash_subgroup));
+  } else if (wants(Variant::flash_subgroup)) {
     std::string why;
     if (auto t = subgroup_tiles(dev, p, force, &why)) {
       s.variant = Variant::flash_subgroup;
@@ -432,7 +526,7 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
   }
   if (forced && *force.variant != Variant::flash_rowwise) {
     // The forced variant cannot run this problem: the normal choice, saying so.
-    Selection normal = select_kernel(dev, caps, p, KernelOverride{});
+    Selection normal = select_kernel(dev, caps, p, KernelOverride{}, disabled);
     std::vector<std::string> notes{std::string("forced ") + variant_name(*force.variant) + " not possible"};
     for (const std::string& r : s.not_taken)
       if (r.rfind("forced ", 0) != 0 &&
@@ -442,6 +536,10 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
     return normal;
   }
   s.variant = Variant::flash_rowwise;
+  if (const std::string* why = disabled_why(Variant::flash_rowwise)) {
+    pass(Variant::flash_rowwise, *why);
+    s.exhausted = true;
+  }
   return s;
 }
 

@@ -80,14 +80,23 @@ struct KernelOverride {
   }
 };
 
+// A variant the caller rules out for this problem, and why (the self-check's failures:
+// "selftest_failed: max error 0.5 at out[0, 3, 1, 7]").
+struct DisabledVariant {
+  Variant variant;
+  std::string why;
+};
+
 struct Selection {
   Variant variant = Variant::flash_rowwise;
-  SubgroupTiles subgroup;              // flash_subgroup
-  CoopTiles coop;                      // flash_coopmat_*
-  GemmTiles gemm;                      // vanilla_gemm
-  bool required_size = false;          // pipeline requires the subgroup size (size control)
-  bool full_subgroups = false;         // pipeline requires full subgroups
+  bool exhausted = false;       // every variant that could run the problem is disabled (`variant` unusable)
+  SubgroupTiles subgroup;       // flash_subgroup
+  CoopTiles coop;               // flash_coopmat_*
+  GemmTiles gemm;               // vanilla_gemm
+  bool required_size = false;   // pipeline requires the subgroup size (size control)
+  bool full_subgroups = false;  // pipeline requires full subgroups
   std::vector<std::string> not_taken;  // "flash_coopmat_nv: <why>" for each better variant passed over
+  std::string selfcheck;               // the self-check of this configuration, e.g. "passed" (vk_selfcheck.h)
   // The kernel name reported in RunInfo ("flash_subgroup+split_kv", ...) and the detail:
   // tiles, then the reasons above.
   std::string kernel() const;
@@ -98,13 +107,21 @@ struct Selection {
 // Head dims the tiled kernels take (padded inside the kernel); flash_rowwise takes up to 256.
 inline constexpr std::int64_t kMaxHeadDim = 512;
 inline constexpr std::int64_t kMaxRowwiseHeadDim = 256;
+// Split-KV chunks per row at most (flash_subgroup; attn_merge reads them all per row).
+inline constexpr std::uint64_t kMaxSplits = 256;
 // Vanilla without weights at or below this many query rows is a decode: split-KV flash.
 inline constexpr std::int64_t kDecodeMaxTq = 16;
 
-// The choice for `p` on `dev` with the shaders of `caps`. Never fails: flash_rowwise is the last
-// resort (the caller rejects head dims no variant takes).
+// The choice for `p` on `dev` with the shaders of `caps`, passing over `disabled` variants (each
+// named in not_taken with its reason). Never fails: flash_rowwise is the last resort (the caller
+// rejects head dims no variant takes); when it is disabled too the selection is `exhausted`.
 Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const ProblemShape& p,
-                        const KernelOverride& force = {});
+                        const KernelOverride& force = {}, const std::vector<DisabledVariant>& disabled = {});
+
+// Each variant with whether this build holds it and whether `dev` could run it (a canonical f16
+// prefill, B1 H16 T4096 D128, forced to it), as `attnops info` lists them (issue 19, item 8):
+// "flash_coopmat_nv: built; this device: no (the device does not offer ...)".
+std::vector<std::string> variant_support(const DeviceDesc& dev, const BuildCaps& caps);
 
 // Parses ATTNOPS_VK_TILES ("ds=2,rpt=1,bc=16,ku=4,rows=16,split=4"); unknown keys are ignored.
 KernelOverride parse_tiles(const std::string& text, KernelOverride base = {});

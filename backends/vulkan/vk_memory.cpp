@@ -111,6 +111,7 @@ void MemoryPool::destroy_all() {
   }
   blocks_.clear();
   free_.clear();
+  free_own_.clear();
   reserved_ = live_ = 0;
 }
 
@@ -194,6 +195,9 @@ bool MemoryPool::trim() {
     for (auto& list : free_)
       list.erase(std::remove_if(list.begin(), list.end(), [&](const Slice& s) { return s.block == i; }),
                  list.end());
+    free_own_.erase(
+        std::remove_if(free_own_.begin(), free_own_.end(), [&](const Slice& s) { return s.block == i; }),
+        free_own_.end());
     if (b.mapped != nullptr) vkUnmapMemory(dev_, b.memory.get());
     b.buffer.reset();
     b.memory.reset();
@@ -205,36 +209,66 @@ bool MemoryPool::trim() {
   return any;
 }
 
+MemoryPool::Request MemoryPool::plan_request(VkDeviceSize bytes, VkDeviceSize block_size,
+                                             VkDeviceSize align) {
+  const VkDeviceSize cls_size = class_size(class_of(std::max<VkDeviceSize>(bytes, 1)));
+  if (cls_size <= block_size / 2) return {cls_size, false};
+  return {align_up(std::max<VkDeviceSize>(bytes, 1), align), true};
+}
+
 Slice MemoryPool::allocate(VkDeviceSize bytes) {
   if (debug::injected_fault() == debug::Fault::out_of_memory)
     throw_vk(VK_ERROR_OUT_OF_DEVICE_MEMORY,
              "vkAllocateMemory (injected: debug::set_inject_fault or ATTNOPS_VK_INJECT_FAULT=oom)");
-  const std::uint32_t cls = class_of(std::max<VkDeviceSize>(bytes, 1));
-  if (cls >= free_.size()) free_.resize(cls + 1);
+  const Request req = plan_request(bytes, block_size_, align_);
   Slice s;
-  if (!free_[cls].empty()) {
-    s = free_[cls].back();
-    free_[cls].pop_back();
-  } else {
-    const VkDeviceSize size = class_size(cls);
-    std::uint32_t bi = UINT32_MAX;
-    if (size > block_size_ / 2) {
-      bi = new_block(align_up(size, align_));  // its own block, reused through the free list
+  if (req.own_block) {
+    // The smallest free block of its own that holds the request with at most 25% to spare.
+    std::size_t best = free_own_.size();
+    for (std::size_t i = 0; i < free_own_.size(); ++i) {
+      const VkDeviceSize have = free_own_[i].size;
+      if (have >= req.size && have <= req.size + req.size / 4 &&
+          (best == free_own_.size() || have < free_own_[best].size))
+        best = i;
+    }
+    if (best < free_own_.size()) {
+      s = free_own_[best];
+      free_own_.erase(free_own_.begin() + static_cast<std::ptrdiff_t>(best));
     } else {
+      const std::uint32_t bi = new_block(req.size);
+      Block& b = blocks_[bi];
+      s.buffer = b.buffer.get();
+      s.offset = 0;
+      s.block = bi;
+      s.size = b.size;
+      b.used = b.size;
+      s.mapped = b.mapped;
+    }
+    s.cls = kOwnBlock;
+  } else {
+    const std::uint32_t cls = class_of(std::max<VkDeviceSize>(bytes, 1));
+    if (cls >= free_.size()) free_.resize(cls + 1);
+    if (!free_[cls].empty()) {
+      s = free_[cls].back();
+      free_[cls].pop_back();
+    } else {
+      std::uint32_t bi = UINT32_MAX;
       for (std::uint32_t i = 0; i < blocks_.size() && bi == UINT32_MAX; ++i)
-        if (!blocks_[i].dead && blocks_[i].size == block_size_ && blocks_[i].used + size <= blocks_[i].size)
+        if (!blocks_[i].dead && blocks_[i].size == block_size_ &&
+            blocks_[i].used + req.size <= blocks_[i].size)
           bi = i;
       if (bi == UINT32_MAX) bi = new_block(block_size_);
+      Block& b = blocks_[bi];
+      s.buffer = b.buffer.get();
+      s.offset = b.used;
+      s.block = bi;
+      b.used = align_up(b.used + req.size, align_);
+      if (b.mapped != nullptr) s.mapped = b.mapped + s.offset;
     }
-    Block& b = blocks_[bi];
-    s.buffer = b.buffer.get();
-    s.offset = b.used;
-    s.block = bi;
-    b.used = align_up(b.used + size, align_);
-    if (b.mapped != nullptr) s.mapped = b.mapped + s.offset;
+    s.cls = cls;
+    s.size = req.size;
   }
-  s.cls = cls;
-  s.size = class_size(cls);
+  s.bytes = std::max<VkDeviceSize>(bytes, 1);
   ++blocks_[s.block].live;
   live_ += s.size;
   return s;
@@ -244,6 +278,10 @@ void MemoryPool::free(const Slice& s) {
   if (!s.valid() || s.block >= blocks_.size() || blocks_[s.block].dead) return;
   --blocks_[s.block].live;
   live_ -= s.size;
+  if (s.cls == kOwnBlock) {
+    free_own_.push_back(s);
+    return;
+  }
   if (s.cls >= free_.size()) free_.resize(s.cls + 1);
   free_[s.cls].push_back(s);
 }
@@ -281,7 +319,7 @@ Slice StagingRing::take(VkDeviceSize bytes) {
   Slice s = chunks_.back();
   s.offset += used_;
   s.mapped += used_;
-  s.size = bytes;
+  s.size = s.bytes = bytes;
   used_ += bytes;
   total_ += bytes;
   return s;

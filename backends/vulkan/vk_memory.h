@@ -20,9 +20,10 @@ namespace attnops::vulkan::rt {
 // address of `offset` when the pool's memory is host-visible (else null).
 struct Slice {
   VkBuffer buffer = VK_NULL_HANDLE;
-  VkDeviceSize offset = 0, size = 0;
+  VkDeviceSize offset = 0, size = 0;  // size: what the slice holds (its class, or its own block)
+  VkDeviceSize bytes = 0;             // what was asked for (<= size): a binding's used range
   std::byte* mapped = nullptr;
-  std::uint32_t block = 0, cls = 0;
+  std::uint32_t block = 0, cls = 0;  // cls == kOwnBlock: a block of its own (large requests)
   bool valid() const { return buffer != VK_NULL_HANDLE; }
 };
 
@@ -40,10 +41,21 @@ class MemoryPool {
   MemoryPool(const MemoryPool&) = delete;
   MemoryPool& operator=(const MemoryPool&) = delete;
 
-  // A slice of at least `bytes` (rounded up to its size class, aligned for storage-buffer
-  // offsets). Throws Error(gpu_error) "Vulkan: out of device memory: ..." when the budget or
-  // the driver refuses a new block (after returning unused blocks and trying once more).
+  // A slice of at least `bytes`, aligned for storage-buffer offsets: rounded up to its size class
+  // when it is at most half a block, else a block of its own of exactly the aligned size (a
+  // class's 25% rounding could push a legal multi-GiB buffer past maxMemoryAllocationSize),
+  // reused for later requests it fits within 25%. Throws Error(gpu_error) "Vulkan: out of device
+  // memory: ..." when the budget or the driver refuses a new block (after returning unused
+  // blocks and trying once more).
   Slice allocate(VkDeviceSize bytes);
+  static constexpr std::uint32_t kOwnBlock = UINT32_MAX;
+  // The size of the memory a request of `bytes` takes, and whether it gets a block of its own
+  // (pure: a block of `block_size`, offsets aligned to `align`).
+  struct Request {
+    VkDeviceSize size;
+    bool own_block;
+  };
+  static Request plan_request(VkDeviceSize bytes, VkDeviceSize block_size, VkDeviceSize align);
   // Returns a slice to its class's free list (no Vulkan call).
   void free(const Slice& s);
   // Destroys every block (the owner guarantees the device is idle).
@@ -84,6 +96,7 @@ class MemoryPool {
   VkDeviceSize block_size_ = 0, align_ = 256;
   std::vector<Block> blocks_;
   std::vector<std::vector<Slice>> free_;  // by class
+  std::vector<Slice> free_own_;           // free blocks of their own (large requests)
   std::uint64_t reserved_ = 0, live_ = 0;
 };
 

@@ -1,28 +1,53 @@
 // Pipelines of a Device: the shared descriptor-set and pipeline layouts, shader modules from the
 // embedded table (vk_shader_table.h), compute pipelines keyed by (shader, specialization
 // constants, subgroup size) through the pipeline cache, and the cache file.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
+#include <cstdlib>
+#include <cstring>
 
 #include "backends/vulkan/vk_device.h"
+#include "core/cache_file.h"
 
 namespace attnops::vulkan::rt {
 
-void Device::create_pipeline_objects(const GpuSettings& settings) {
-  // Pipeline cache, seeded from the file when there is one (drivers ignore data whose header
-  // does not match their device and version, so a stale file is harmless).
-  std::vector<char> blob;
-  if (!settings.pipeline_cache.empty()) {
-    std::ifstream in(settings.pipeline_cache, std::ios::binary);
-    if (in) blob.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+std::string pipeline_cache_seed(const std::string& path, const PhysicalDevice& pd) {
+  if (path.empty()) return {};
+  CacheFileRead r = read_cache_file(path, kMaxPipelineCacheBytes);
+  if (r.status == CacheFileRead::Status::missing) return {};
+  const std::string what = "Vulkan pipeline cache";
+  if (r.status != CacheFileRead::Status::ok) {
+    warn_cache_file_once(what, path, r.why, "ignored (pipelines are compiled afresh)");
+    return {};
   }
+  // VkPipelineCacheHeaderVersionOne: headerSize, headerVersion (1), vendorID, deviceID (uint32
+  // each), pipelineCacheUUID[16]. Data for another device or driver is dropped silently (it is
+  // a stale cache, not a bad one); data without such a header never reaches the driver.
+  std::uint32_t head[4] = {};
+  if (r.bytes.size() >= 32) std::memcpy(head, r.bytes.data(), sizeof head);
+  if (r.bytes.size() < 32 || head[0] < 32 || head[0] > r.bytes.size() || head[1] != 1) {
+    warn_cache_file_once(what, path, "not a Vulkan pipeline cache (no VkPipelineCacheHeaderVersionOne)",
+                         "ignored (pipelines are compiled afresh)");
+    return {};
+  }
+  if (head[2] != pd.vendor_id || head[3] != pd.device_id ||
+      std::memcmp(r.bytes.data() + 16, pd.cache_uuid, sizeof pd.cache_uuid) != 0)
+    return {};
+  return std::move(r.bytes);
+}
+
+void Device::create_pipeline_objects(const GpuSettings& settings) {
+  // Pipeline cache, seeded from the file when there is a usable one (pipeline_cache_seed).
+  const std::string blob = pipeline_cache_seed(settings.pipeline_cache, pd_);
   auto cci = make<VkPipelineCacheCreateInfo>(VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO);
   cci.initialDataSize = blob.size();
   cci.pInitialData = blob.empty() ? nullptr : blob.data();
   VkPipelineCache cache = VK_NULL_HANDLE;
   if (vkCreatePipelineCache(device_, &cci, nullptr, &cache) != VK_SUCCESS) {
-    cci.initialDataSize = 0;  // a corrupt file: start empty
+    cci.initialDataSize = 0;  // the driver refused the data: start empty
     cci.pInitialData = nullptr;
     check(vkCreatePipelineCache(device_, &cci, nullptr, &cache), "vkCreatePipelineCache");
   }
@@ -70,9 +95,16 @@ VkPipeline Device::pipeline(const PipelineKey& key) {
     if (blob.words == 0)  // an optional shader this build's glslc could not compile
       throw Error(ErrorCode::unsupported_feature,
                   std::string("Vulkan: shader ") + blob.name + " is not compiled into this build");
+    // The float controls the device supports, declared on the module (vk_spirv.h).
+    FloatControls fc = pd_.caps.float_controls;
+    if (const std::string v = env_string("ATTNOPS_VK_FLOAT_CONTROLS"); v == "0" || v == "off")
+      fc = FloatControls{};
+    std::string declared;
+    const std::vector<std::uint32_t> code = with_float_controls(blob.code, blob.words, fc, &declared);
+    if (!declared.empty() && key.shader != ShaderId::sgemm) float_controls_ = declared;
     auto sci = make<VkShaderModuleCreateInfo>(VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO);
-    sci.codeSize = blob.words * sizeof(std::uint32_t);
-    sci.pCode = blob.code;
+    sci.codeSize = code.size() * sizeof(std::uint32_t);
+    sci.pCode = code.data();
     VkShaderModule mod = VK_NULL_HANDLE;
     check(vkCreateShaderModule(device_, &sci, nullptr, &mod), "vkCreateShaderModule");
     modules_[id] = Owned<VkShaderModule>(device_, mod, vkDestroyShaderModule);
@@ -111,19 +143,35 @@ VkPipeline Device::pipeline(const PipelineKey& key) {
 
 void Device::persist_cache(const std::string& path) {
   if (path.empty() || (!cache_dirty_ && path == saved_path_)) return;
+  const std::string what = "Vulkan pipeline cache";
+  std::string why;
+  if (!cache_file_writable(path, &why)) {
+    warn_cache_file_once(what, path, why, "not written");
+    saved_path_ = path;  // do not try again for this path
+    cache_dirty_ = false;
+    return;
+  }
   std::size_t size = 0;
   if (vkGetPipelineCacheData(device_, cache_.get(), &size, nullptr) != VK_SUCCESS || size == 0) return;
-  std::vector<char> data(size);
+  std::string data(size, '\0');
   if (vkGetPipelineCacheData(device_, cache_.get(), &size, data.data()) != VK_SUCCESS) return;
-  // Write-then-rename so that a concurrent reader never sees half a file. A cache that cannot
-  // be written only costs compile time later, so it is reported, not thrown.
-  const std::string tmp = path + ".tmp";
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  out.write(data.data(), static_cast<std::streamsize>(size));
-  out.close();
-  if (!out || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    std::fprintf(stderr, "attnops: could not write the Vulkan pipeline cache to %s\n", path.c_str());
+  data.resize(size);
+  // Write a new file beside the target, then rename it over: a concurrent reader never sees half
+  // a file. A cache that cannot be written only costs compile time later, so it is reported, not
+  // thrown.
+  std::string tmp = path + ".XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  bool ok = fd >= 0;
+  for (std::size_t done = 0; ok && done < data.size();) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) done += static_cast<std::size_t>(n);
+  }
+  if (fd >= 0) ok = ::close(fd) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    if (fd >= 0) std::remove(tmp.c_str());
+    warn_cache_file_once(what, path, std::strerror(errno), "not written");
     return;
   }
   saved_path_ = path;

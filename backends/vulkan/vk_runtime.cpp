@@ -4,6 +4,7 @@
 #include <map>
 #include <mutex>
 #include <tuple>
+#include <vector>
 
 namespace attnops::vulkan::rt {
 
@@ -14,6 +15,9 @@ struct Runtime {
   std::unique_ptr<Instance> inst;
   std::string inst_error;  // why the instance could not be created (remembered)
   std::map<int, std::shared_ptr<Device>> devices;
+  // Devices abandoned after a fence timeout (Device::hung), replaced in `devices` but kept until
+  // their work has finished.
+  std::vector<std::shared_ptr<Device>> abandoned;
   // Device selection by (settings.device, allow_software, ATTNOPS_VK_DEVICE,
   // ATTNOPS_VK_ALLOW_SOFTWARE): selection walks every device and builds reasons, so a call
   // looks it up here instead.
@@ -76,28 +80,58 @@ std::shared_ptr<Device> device(const GpuSettings& settings) {
   std::string why;
   const int index = select_locked(rt, settings, &why);
   if (index < 0) throw Error(ErrorCode::backend_unavailable, why);
-  std::shared_ptr<Device>& slot = rt.devices[index];
-  if (slot) {
-    std::lock_guard<std::mutex> dlock(slot->mutex());
-    if (slot->lost()) {
-      slot->shutdown();  // legal after a loss; its device tensors now fail with gpu_error
-      slot.reset();
+  if (auto it = rt.devices.find(index); it != rt.devices.end()) {
+    {
+      std::lock_guard<std::mutex> dlock(it->second->mutex());
+      if (!it->second->lost()) return it->second;
+      if (it->second->hung())
+        rt.abandoned.push_back(it->second);  // its work may still run: destroyed at release()
+      else
+        it->second->shutdown();  // legal after a loss; its device tensors now fail with gpu_error
     }
+    rt.devices.erase(it);
   }
-  if (!slot) slot = std::make_shared<Device>(rt.inst->devices()[static_cast<std::size_t>(index)], settings);
-  return slot;
+  // The map holds only devices that were created: a creation that throws (out of memory, a
+  // driver error) leaves no entry behind for release() to trip over.
+  auto dev = std::make_shared<Device>(rt.inst->devices()[static_cast<std::size_t>(index)], settings);
+  rt.devices.emplace(index, dev);
+  return dev;
+}
+
+void release_hangs() {
+  Runtime& rt = state();
+  std::lock_guard<std::mutex> lock(rt.mu);
+  for (auto& [index, dev] : rt.devices) dev->release_hang();
+  for (auto& dev : rt.abandoned) dev->release_hang();
 }
 
 void release() {
   Runtime& rt = state();
   std::lock_guard<std::mutex> lock(rt.mu);
-  for (auto& [index, dev] : rt.devices) {
+  std::vector<std::shared_ptr<Device>> all = rt.abandoned;
+  for (auto& [index, dev] : rt.devices) all.push_back(dev);
+  bool leak_instance = false;
+  for (const std::shared_ptr<Device>& dev : all) {
+    dev->release_hang();
     std::lock_guard<std::mutex> dlock(dev->mutex());
+    if (dev->hung() && !dev->wait_last_submission(2'000'000'000ull)) {
+      // Still running after the timeout and two more seconds: destroying its objects now would
+      // pull memory from under the kernel. It is left to the OS (never destroyed), and so is the
+      // instance it belongs to.
+      static auto* left = new std::vector<std::shared_ptr<Device>>;
+      left->push_back(dev);
+      leak_instance = true;
+      continue;
+    }
     dev->shutdown();
   }
   rt.devices.clear();
+  rt.abandoned.clear();
   rt.selections.clear();
-  rt.inst.reset();
+  if (leak_instance)
+    static_cast<void>(rt.inst.release());
+  else
+    rt.inst.reset();
   rt.inst_error.clear();
 }
 

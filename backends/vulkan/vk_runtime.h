@@ -31,7 +31,12 @@ int selected_index(const GpuSettings& settings, std::string* why);
 std::shared_ptr<Device> device(const GpuSettings& settings);
 
 // Shuts every device down and destroys the instance. Calls in flight on other threads must have
-// returned. The next call starts again from scratch.
+// returned. The next call starts again from scratch. A device abandoned after a fence timeout is
+// destroyed only once its last submission has finished (waited for a bounded time, after the
+// injected hangs are released); one still running then is left to the OS, with the instance.
 void release();
+
+// Lets the kernels of the injected hang fault finish, on every device (vulkan_debug.h).
+void release_hangs();
 
 }  // namespace attnops::vulkan::rt

@@ -49,7 +49,7 @@ void VulkanStorage::read(const std::vector<Copy>& copies) const {
   for (const Copy& c : copies)
     if (c.device_offset + c.bytes > bytes_)
       throw Error(ErrorCode::internal, "device tensor read out of the storage's bounds");
-  if (dev_->direct_access() && slice_.mapped != nullptr) {
+  if (dev_->direct_reads() && slice_.mapped != nullptr) {
     // Every submission ends with a device-to-host barrier and a fence wait: read in place.
     dev_->check_usable();
     for (const Copy& c : copies) {

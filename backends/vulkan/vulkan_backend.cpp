@@ -10,6 +10,7 @@
 #include "backends/vulkan/vk_attention.h"
 #include "backends/vulkan/vk_backward.h"
 #include "backends/vulkan/vk_runtime.h"
+#include "backends/vulkan/vk_selfcheck.h"
 
 namespace attnops::vulkan {
 
@@ -29,7 +30,17 @@ bool compiled_in() {
 
 std::vector<GpuDeviceInfo> list_devices(const GpuSettings& settings) {
   try {
-    return rt::list_devices(rt::instance(), settings);
+    std::vector<GpuDeviceInfo> out = rt::list_devices(rt::instance(), settings);
+    std::string why;
+    const int selected = rt::selected_index(settings, &why);
+    for (GpuDeviceInfo& d : out) {
+      const rt::PhysicalDevice& pd = rt::instance().devices()[static_cast<std::size_t>(d.index)];
+      d.kernel_variants = variant_support(rt::selection_desc(pd), build_caps());
+      if (d.index == selected)
+        for (const SelfCheckEntry& e : selfcheck_results(settings))
+          d.selfchecks.push_back(std::string(e.passed ? "pass " : "FAIL ") + e.key + ": " + e.detail);
+    }
+    return out;
   } catch (const Error&) {
     return {};  // no loader / no instance: no devices
   }
@@ -47,7 +58,21 @@ std::optional<Reason> check_inputs(Kernel kernel, const AttentionProblem& p, con
   std::string why;
   const rt::PhysicalDevice* pd = selected_device(settings, &why);
   if (pd == nullptr) return Reason{ReasonCode::backend_unavailable, why};
-  return device_limits_reason(kernel, p, *pd);
+  if (auto r = device_limits_reason(kernel, p, *pd)) return r;
+  // The variant that will run, self-checked (vk_selfcheck.h: the check runs now if it never ran
+  // on this device). A device that cannot be created, or fails during the check, is left to
+  // run() to report as gpu_error, which the dispatcher records before the next backend runs.
+  std::shared_ptr<rt::Device> dev;
+  std::optional<Selection> sel;
+  try {
+    dev = rt::device(settings);
+    sel = checked_selection(kernel, p, dev, settings, &why);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::gpu_error) throw;
+    return std::nullopt;
+  }
+  if (!sel) return Reason{ReasonCode::selftest_failed, why};
+  return limits_reason(kernel, p, dev->physical(), *sel);
 }
 
 void run(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const GpuSettings& settings,

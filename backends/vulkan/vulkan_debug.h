@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,9 +34,15 @@ void reset_validation_counts();
 // Fault injection, for tests of the fallback and cleanup paths. While a fault is set:
 //  - device_lost: the next submission fails with VK_ERROR_DEVICE_LOST and the device is marked
 //    lost (every later call on it fails fast; the runtime replaces it on the next call);
-//  - out_of_memory: every device-memory allocation fails with VK_ERROR_OUT_OF_DEVICE_MEMORY.
-// ATTNOPS_VK_INJECT_FAULT in the environment does the same: 1 or device_lost, oom.
-enum class Fault { none, device_lost, out_of_memory };
+//  - out_of_memory: every device-memory allocation fails with VK_ERROR_OUT_OF_DEVICE_MEMORY;
+//  - hang: every submission ends waiting for an event only the host sets, in
+//    release_injected_hangs() (as a hung kernel): the fence wait times out
+//    (ATTNOPS_VK_TIMEOUT_MS), the device is abandoned as lost and the call fails with gpu_error;
+//  - wrong_result: the self-check (README "Self-check") sees a wrong answer from every variant,
+//    or from the one named by set_wrong_result_variant / ATTNOPS_VK_INJECT_FAULT=wrong_result:NAME.
+// ATTNOPS_VK_INJECT_FAULT in the environment does the same: 1 or device_lost, oom, hang,
+// wrong_result[:VARIANT].
+enum class Fault { none, device_lost, out_of_memory, hang, wrong_result };
 void set_inject_fault(Fault f);
 inline void set_inject_fault(bool on) {
   set_inject_fault(on ? Fault::device_lost : Fault::none);
@@ -43,6 +50,11 @@ inline void set_inject_fault(bool on) {
 // The fault in force (the setter's, else the environment's).
 Fault injected_fault();
 bool inject_fault_active();  // injected_fault() != Fault::none
+// Lets every submission the hang fault stopped finish (the runtime's release() calls it too).
+void release_injected_hangs();
+// wrong_result for one variant only ("" = every variant; the environment's ":NAME" otherwise).
+void set_wrong_result_variant(const std::string& variant);
+std::string wrong_result_variant();
 
 // Caps the device memory the runtime reserves per pool (0 = only the device's budget), so tests
 // reach the out-of-memory path with small problems.
@@ -54,6 +66,19 @@ std::uint64_t memory_limit();
 // ATTNOPS_VK_FORCE_STAGING=1.
 void set_force_staging(bool on);
 bool force_staging();
+
+// An injected device description, for tests of behaviour that depends on what the device is
+// (the read-back path of a discrete GPU, split counts on a device of many compute units, the
+// limits of a large GPU). The fields set replace what the driver reports, for every device, when
+// the instance is next created (call release() around it). Only what the real device can honour
+// is overridable: the type, the compute-unit count, and the buffer limits (lowered only).
+struct DeviceOverride {
+  std::optional<std::string> type;  // "discrete", "integrated", "cpu", ...
+  std::optional<std::uint32_t> compute_units;
+  std::optional<std::uint64_t> max_storage_buffer_range, max_allocation;  // never above the driver's
+};
+void set_device_override(std::optional<DeviceOverride> o);
+std::optional<DeviceOverride> device_override();
 
 // Vulkan objects the runtime created so far, process-wide (the steady-state test: a call of a
 // shape class that already ran creates none; submissions: one per call).

@@ -31,6 +31,7 @@ enum class ReasonCode {
   disabled_by_config,   // the config turned this backend off
   gpu_error,            // the GPU failed at run time; the next backend ran instead
   cpu_faster,           // auto: the cost estimate says the cpu finishes first (see CostEstimate)
+  selftest_failed,      // gpu: no kernel variant passed its self-check on this device (vulkan README)
   // informational
   forced_native,  // ATTNOPS_FORCE_NATIVE=1
 };

@@ -39,6 +39,12 @@ struct GpuDeviceInfo {
   std::uint32_t subgroup_size = 0;
   std::uint64_t max_storage_buffer_range = 0;
   bool shader_f16 = false;
+  // Vulkan kernel variants: whether this build holds each and whether the device could run it
+  // ("flash_coopmat_nv: built; this device: no (...)"), and, for the selected device, the
+  // self-check results known to this process or cached beside gpu.pipeline_cache
+  // ("pass flash_subgroup f32 D64 Dv64 ...: <detail>"; backends/vulkan/README.md "Self-check").
+  std::vector<std::string> kernel_variants;
+  std::vector<std::string> selfchecks;
 };
 
 struct Availability {

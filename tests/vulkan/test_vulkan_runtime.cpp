@@ -11,6 +11,9 @@
 #include <vector>
 
 #include "backends/common/block_map.h"
+#if ATTNOPS_TEST_VULKAN_BUILT
+#include "backends/vulkan/vk_runtime.h"
+#endif
 #include "tests/support/testing.h"
 #include "tests/vulkan/vulkan_fixture.h"
 
@@ -291,6 +294,69 @@ TEST_F(VulkanRuntime, PersistsThePipelineCache) {
   EXPECT_GT(std::filesystem::file_size(path), 0u);
   std::filesystem::remove(path);
 }
+
+// A device whose creation fails (every allocation refused: the runtime's first allocation is
+// in the constructor) leaves nothing behind: release() after it does not crash, and the next
+// call creates the device.
+TEST_F(VulkanRuntime, FailedDeviceCreationLeavesNothingToRelease) {
+  Case c = make_case(Spec().shape(1, 4, 4), 3);
+  AttentionProblem p = problem_for(c);
+  vulkan::release();
+  vulkan::debug::set_inject_fault(vulkan::debug::Fault::out_of_memory);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    AttentionBuffers b = allocate_buffers(p);
+    try {
+      vulkan::run(vulkan::Kernel::flash, p, nullptr, software_ok(), b);
+      ADD_FAILURE() << "the injected out-of-memory did not fail the call";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::gpu_error) << e.what();
+      EXPECT_NE(std::string(e.what()).find("out of device memory"), std::string::npos) << e.what();
+    }
+  }
+  vulkan::release();  // crashed on the entry the failed creation left
+  vulkan::debug::set_inject_fault(vulkan::debug::Fault::none);
+  AttentionBuffers b = allocate_buffers(p);
+  vulkan::run(vulkan::Kernel::flash, p, nullptr, software_ok(), b);
+  EXPECT_TRUE(within_tolerance(p, b));
+}
+
+#if ATTNOPS_TEST_VULKAN_BUILT
+// The cache file reaches the driver only with a pipeline-cache header of this device and driver
+// (VkPipelineCacheHeaderVersionOne); garbage, a truncated header or another device's cache is
+// dropped (garbage with a warning), and nothing over kMaxPipelineCacheBytes is read.
+TEST_F(VulkanRuntime, PipelineCacheFileIsCheckedBeforeTheDriverSeesIt) {
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("attnops_vk_seed_" + std::to_string(::getpid()) + ".bin");
+  std::filesystem::remove(path);
+  GpuSettings s = software_ok();
+  s.pipeline_cache = path.string();
+  Case c = make_case(Spec().shape(1, 4, 4), 3);
+  AttentionProblem p = problem_for(c);
+  AttentionBuffers b = allocate_buffers(p);
+  vulkan::run(vulkan::Kernel::flash, p, nullptr, s, b);
+  ASSERT_TRUE(std::filesystem::exists(path));
+  const vulkan::rt::PhysicalDevice& pd =
+      vulkan::rt::instance().devices()[static_cast<std::size_t>(vulkan::rt::selected_index(s, nullptr))];
+  const std::string seed = vulkan::rt::pipeline_cache_seed(path.string(), pd);
+  EXPECT_EQ(seed.size(), std::filesystem::file_size(path));
+  vulkan::rt::PhysicalDevice other = pd;
+  other.device_id ^= 1;
+  EXPECT_EQ(vulkan::rt::pipeline_cache_seed(path.string(), other), "");
+  other = pd;
+  other.cache_uuid[3] ^= 1;
+  EXPECT_EQ(vulkan::rt::pipeline_cache_seed(path.string(), other), "");
+  for (const std::string& bad : {std::string(4096, 'x'), seed.substr(0, 20)}) {
+    std::filesystem::remove(path);
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    std::fwrite(bad.data(), 1, bad.size(), f);
+    std::fclose(f);
+    EXPECT_EQ(vulkan::rt::pipeline_cache_seed(path.string(), pd), "");
+  }
+  EXPECT_EQ(vulkan::rt::pipeline_cache_seed("/dev/zero", pd), "");
+  std::filesystem::remove(path);
+}
+#endif
 
 // The context is shared: concurrent calls serialise on its queue and each gets its own result.
 TEST_F(VulkanRuntime, ConcurrentCallsFromManyThreads) {

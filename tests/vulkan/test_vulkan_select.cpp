@@ -11,6 +11,7 @@
 #include "backends/vulkan/vk_launch.h"
 #endif
 #include "tests/support/testing.h"
+#include "tests/vulkan/injected_devices.h"
 #include "tests/vulkan/vulkan_fixture.h"
 
 namespace attnops::testing {
@@ -24,57 +25,6 @@ using vulkan::MatType;
 using vulkan::ProblemShape;
 using vulkan::Selection;
 using vulkan::Variant;
-
-DeviceDesc lavapipe() {
-  DeviceDesc d;
-  d.name = "llvmpipe (LLVM 15.0.6, 256 bits)";
-  d.software = true;
-  d.subgroup_size = d.min_subgroup_size = d.max_subgroup_size = 8;
-  d.subgroup_size_control = true;
-  d.full_subgroups = true;
-  d.subgroup_shuffle = d.subgroup_arithmetic = d.subgroup_ballot = true;
-  d.shared_memory_bytes = 32768;
-  d.max_invocations = d.max_group_size_x = 1024;
-  d.max_group_count[0] = d.max_group_count[1] = d.max_group_count[2] = 65535;
-  d.shader_f16 = d.storage_16bit = d.vulkan_memory_model = true;
-  return d;
-}
-
-DeviceDesc h100() {
-  DeviceDesc d;
-  d.name = "NVIDIA H100 80GB HBM3";
-  d.subgroup_size = d.min_subgroup_size = d.max_subgroup_size = 32;
-  d.subgroup_size_control = d.full_subgroups = true;
-  d.subgroup_shuffle = d.subgroup_arithmetic = d.subgroup_ballot = true;
-  d.shared_memory_bytes = 49152;
-  d.max_invocations = d.max_group_size_x = 1024;
-  d.max_group_count[0] = 2147483647;
-  d.max_group_count[1] = d.max_group_count[2] = 65535;
-  d.compute_units = 132;
-  d.shader_f16 = d.storage_16bit = d.shader_bf16 = d.vulkan_memory_model = true;
-  d.coopmat_khr = d.coopmat_nv = true;
-  const CoopMatShape f16_f32{16, 16, 16, MatType::f16, MatType::f16, MatType::f32, MatType::f32};
-  const CoopMatShape f16_f16{16, 16, 16, MatType::f16, MatType::f16, MatType::f16, MatType::f16};
-  const CoopMatShape f16_8{16, 8, 16, MatType::f16, MatType::f16, MatType::f32, MatType::f32};
-  const CoopMatShape bf16_f32{16, 16, 16, MatType::bf16, MatType::bf16, MatType::f32, MatType::f32};
-  d.coopmat_khr_shapes = {f16_f16, f16_f32, f16_8, bf16_f32};
-  d.coopmat_nv_shapes = {f16_f16, f16_f32, f16_8};
-  return d;
-}
-
-DeviceDesc wave64() {  // an AMD-like device: subgroups of 32 or 64 lanes, 64 KiB shared memory
-  DeviceDesc d = h100();
-  d.name = "wave64";
-  d.subgroup_size = 64;
-  d.min_subgroup_size = 32;
-  d.max_subgroup_size = 64;
-  d.shared_memory_bytes = 65536;
-  d.compute_units = 0;
-  d.coopmat_khr = d.coopmat_nv = false;
-  d.coopmat_khr_shapes.clear();
-  d.coopmat_nv_shapes.clear();
-  return d;
-}
 
 ProblemShape prefill(DType t, std::int64_t D = 128, std::int64_t T = 4096, std::int64_t Hq = 16,
                      std::int64_t Hkv = 16) {
@@ -199,8 +149,12 @@ TEST(VulkanSelect, DecodePacksTheGqaHeadsAndSplitsTheKeys) {
   EXPECT_TRUE(mentions(s, "fewer than 16 query rows")) << s.detail();
   EXPECT_EQ(s.subgroup.q_rows, 1u);
   EXPECT_EQ(s.subgroup.head_rows, 8u);  // the 8 q heads of a kv head share the staged tiles
-  // 2 workgroups without splitting; 2 x 132 SMs wanted.
-  EXPECT_EQ(s.subgroup.nsplit, 64u);
+  // 2 one-subgroup workgroups without splitting; 8 subgroups on each of 132 SMs wanted, within
+  // a quarter of the tiles and the cap.
+  ASSERT_EQ(s.subgroup.wg, 32u);
+  const std::uint64_t tiles = (32768 + s.subgroup.bc - 1) / s.subgroup.bc;
+  EXPECT_EQ(s.subgroup.nsplit, std::min<std::uint64_t>({132u * 8u / 2u, tiles / 4, vulkan::kMaxSplits}));
+  EXPECT_GT(s.subgroup.nsplit, 64u);  // the old cap left 128 workgroups on 132 SMs
   // Lavapipe: the same packing, fewer chunks.
   const Selection lp = vulkan::select_kernel(lavapipe(), kDebian12, decode(DType::f32, 32768, 8, 1, 64));
   EXPECT_TRUE(lp.split_kv()) << lp.detail();
@@ -273,6 +227,75 @@ TEST(VulkanSelect, DevicesWithoutShufflesOrWithWideSubgroups) {
   EXPECT_EQ(w.subgroup.wg % 64u, 0u);  // whole subgroups of the widest size
   EXPECT_LE(w.subgroup.ds, 32u);       // within the narrowest size
   EXPECT_TRUE(mentions(w, "the device does not offer VK_KHR_cooperative_matrix")) << w.detail();
+}
+
+// Issue 19, item 5: the cooperative-matrix kernel maps lanes to matrix rows by its subgroup size,
+// so it runs only where every subgroup has exactly that many lanes and is full; flash_subgroup's
+// teams of several lanes are numbered by subgroup lane, which needs full subgroups too.
+TEST(VulkanSelect, SubgroupSizeAssumptionsAreEnforced) {
+  // Size control without full subgroups, and no size control with sizes 16 to 32: no coopmat.
+  DeviceDesc partial = h100();
+  partial.full_subgroups = false;
+  Selection s = vulkan::select_kernel(partial, kDebian12, prefill(DType::f16));
+  EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
+  EXPECT_TRUE(mentions(s, "flash_coopmat_nv: the subgroup size is not guaranteed")) << s.detail();
+  EXPECT_GT(s.subgroup.ds, 1u) << s.detail();  // one subgroup size: workgroups are whole subgroups
+  DeviceDesc varying = h100();
+  varying.subgroup_size_control = false;
+  varying.min_subgroup_size = 16;
+  s = vulkan::select_kernel(varying, kDebian12, prefill(DType::f16));
+  EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
+  EXPECT_TRUE(mentions(s, "flash_coopmat_nv: the subgroup size is not guaranteed")) << s.detail();
+  // Varying sizes without full subgroups: a lane per row (no teams).
+  varying.full_subgroups = false;
+  s = vulkan::select_kernel(varying, kDebian12, prefill(DType::f32));
+  EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
+  EXPECT_EQ(s.subgroup.ds, 1u) << s.detail();
+  // No size control but a single size (min == max == 32) and full subgroups: coopmat, no
+  // required size in the pipeline.
+  DeviceDesc single = h100();
+  single.subgroup_size_control = false;
+  s = vulkan::select_kernel(single, kDebian12, prefill(DType::f16));
+  EXPECT_EQ(s.variant, Variant::flash_coopmat_nv) << s.detail();
+  EXPECT_FALSE(s.required_size);
+  // The H100 itself: teams of several lanes (its subgroups are full and of one size).
+  s = vulkan::select_kernel(h100(), kNoCoopmat, prefill(DType::f32));
+  EXPECT_GT(s.subgroup.ds, 1u) << s.detail();
+}
+
+// Issue 19, item 7: shapes that give the cooperative-matrix kernel (no split-KV) too few
+// workgroups for the device go to flash_subgroup with split-KV; decode fills a large GPU.
+TEST(VulkanSelect, ShortQueriesOverLongContextsFillTheDevice) {
+  // B1 Hq8 Hkv1 Tq2 Tk32768 f16: 16 rows per kv head (coopmat could take it) in 1 workgroup.
+  ProblemShape spec = decode(DType::f16, 32768, 8, 1);
+  spec.Tq = 2;
+  const Selection s = vulkan::select_kernel(h100(), kNewGlslc, spec);
+  EXPECT_EQ(s.kernel(), "flash_subgroup+split_kv") << s.detail();
+  EXPECT_TRUE(mentions(s, "flash_coopmat_khr: 1 workgroup(s) for a target of 264 and no split-KV"))
+      << s.detail();
+  EXPECT_GE(s.subgroup.nsplit * 1u, 132u) << s.detail();  // at least one workgroup per SM
+  // B1 H16 Tq16 Tk32768: 16 workgroups on coopmat; split instead.
+  ProblemShape chunk = prefill(DType::f16, 128, 16);
+  chunk.Tk = 32768;
+  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, chunk).kernel(), "flash_subgroup+split_kv");
+  // Long prefill keeps coopmat; so does a short context (nothing to split) and a forced variant.
+  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, prefill(DType::f16)).variant,
+            Variant::flash_coopmat_khr);
+  ProblemShape short_ctx = chunk;
+  short_ctx.Tk = 128;
+  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, short_ctx).variant, Variant::flash_coopmat_khr);
+  vulkan::KernelOverride force;
+  force.variant = Variant::flash_coopmat_nv;
+  EXPECT_EQ(vulkan::select_kernel(h100(), kDebian12, chunk, force).variant, Variant::flash_coopmat_nv);
+  // Decode B1 H16 Tk32768 D128 (MHA): 16 one-subgroup workgroups, split to ~8 per SM.
+  const Selection d = vulkan::select_kernel(h100(), kNewGlslc, decode(DType::f16, 32768, 16, 16));
+  EXPECT_EQ(d.kernel(), "flash_subgroup+split_kv") << d.detail();
+  EXPECT_GE(16u * d.subgroup.nsplit * (d.subgroup.wg / 32u), 132u * 8u) << d.detail();
+  // An unknown compute-unit count keeps the old target of 64 workgroups.
+  DeviceDesc unknown = h100();
+  unknown.compute_units = 0;
+  const Selection u = vulkan::select_kernel(unknown, kNewGlslc, decode(DType::f16, 32768, 16, 16));
+  EXPECT_EQ(u.subgroup.nsplit, 4u) << u.detail();
 }
 
 TEST(VulkanSelect, OverridesForceVariantsAndTiles) {

@@ -44,7 +44,9 @@ layout(std430, set = 0, binding = 2) readonly buffer VBuf { uvec4 v_vec[]; };
 layout(std430, set = 0, binding = 2) readonly buffer VBufW { uint v_w[]; };
 layout(std430, set = 0, binding = 2) readonly buffer VBufW2 { uvec2 v_w2[]; };
 layout(std430, set = 0, binding = 3) buffer OutBuf { float out_f32[]; };
+layout(std430, set = 0, binding = 3) buffer OutBufU { uint out_u32[]; };
 layout(std430, set = 0, binding = 4) writeonly buffer LseBuf { float lse_f32[]; };
+layout(std430, set = 0, binding = 4) writeonly buffer LseBufU { uint lse_u32[]; };
 layout(std430, set = 0, binding = 5) readonly buffer BiasBuf { float bias_f32[]; };
 layout(std430, set = 0, binding = 6) readonly buffer SinkBuf { float sinks_f32[]; };
 layout(std430, set = 0, binding = 7) readonly buffer SegQBuf { int seg_q[]; };
@@ -54,6 +56,7 @@ layout(std430, set = 0, binding = 10) readonly buffer EntryBuf { uint entries[];
 layout(std430, set = 0, binding = 11) readonly buffer PartBuf { int part_index[]; };
 layout(std430, set = 0, binding = 12) readonly buffer BitsBuf { uint bits[]; };
 layout(std430, set = 0, binding = 13) buffer ScratchBuf { float scratch[]; };
+layout(std430, set = 0, binding = 13) buffer ScratchBufU { uint scratch_u32[]; };
 
 // Must match struct PushConstants in vk_launch.h (std430 scalars, 4 bytes each; 124 of the
 // runtime's 128 bytes).
@@ -79,7 +82,58 @@ pc;
 
 #include "mask_rules.glsl"
 
-const float NEG_BIG = -3.0e38;  // "no logit yet"; finite so that no inf - inf can arise
+// The finite sentinel of the running max: "no logit yet", and the value a masked key takes in a
+// max. Masking itself is never done by arithmetic on a sentinel or an infinity: masked keys are
+// kept out by integer visibility bits (their weight is set to 0), so no inf - inf can arise and no
+// result rests on how a compiler treats infinities.
+const float NEG_BIG = -3.0e38;
+
+// The non-finite policy of a visible key's logit x (bits only, see mask_rules.glsl):
+//   LOGIT_LIVE    finite: takes part in the softmax
+//   LOGIT_MASKED  -inf: a mask (weight 0, as a key the static mask hides)
+//   LOGIT_POISON  NaN or +inf: the row's output and lse are NaN
+const uint LOGIT_LIVE = 0u, LOGIT_MASKED = 1u, LOGIT_POISON = 2u;
+uint logit_class(float x) {
+  const uint u = floatBitsToUint(x);
+  return (u & 0x7f800000u) != 0x7f800000u ? LOGIT_LIVE : u == 0xff800000u ? LOGIT_MASKED : LOGIT_POISON;
+}
+
+// v where the weight p is not +-0, else 0 (an integer mask on v's bits): a key of weight 0 adds
+// nothing, not even 0 x NaN or 0 x inf.
+vec4 weighted_value(float p, vec4 v) {
+  return uintBitsToFloat(floatBitsToUint(v) & uvec4((floatBitsToUint(p) << 1) != 0u ? 0xffffffffu : 0u));
+}
+float weighted_value(float p, float v) {
+  return uintBitsToFloat(floatBitsToUint(v) & ((floatBitsToUint(p) << 1) != 0u ? 0xffffffffu : 0u));
+}
+
+// The end of a row (backends/common/softmax_policy.h): out = acc * factor, lse over the visible
+// keys. m: the max of the live logits, l: the sum of exp(x - m) over them, poisoned: a NaN or +inf
+// logit was seen. A fully masked row (l == 0) gives 0 and lse -inf; a poisoned row NaN; a sink
+// joins the denominator only, evaluated relative to max(m, sink) so that neither exponential
+// overflows: a +inf sink gives 0, a NaN sink NaN. Special results are written as integer bits
+// (out_u32, lse_u32, scratch_u32) by the callers, never computed.
+const uint NAN_BITS = 0x7fc00000u, NEG_INF_BITS = 0xff800000u;
+bool sink_poisons(int h) { return has(FLAG_SINKS) && is_nan_bits(sinks_f32[h]); }
+float row_factor(float m, float l, int h) {
+  if (l == 0.0) return 0.0;
+  if (!has(FLAG_SINKS)) return 1.0 / l;
+  const float a = sinks_f32[h];
+  if (is_pos_inf_bits(a)) return 0.0;
+  if (is_neg_inf_bits(a)) return 1.0 / l;
+  if (a > m) {
+    const float e = exp(m - a);
+    return e / (l * e + 1.0);
+  }
+  return 1.0 / (l + exp(a - m));
+}
+// The bits of the row's lse.
+uint row_lse_bits(float m, float l, bool poisoned) {
+  if (poisoned) return NAN_BITS;
+  return l == 0.0 ? NEG_INF_BITS : floatBitsToUint(m + log(l));
+}
+// The bits of out = acc * factor for a row (a NaN row writes NaN).
+uint out_bits(float acc, float factor, bool poisoned) { return poisoned ? NAN_BITS : floatBitsToUint(acc * factor); }
 
 // 16-bit value h (low 16 bits) as float.
 float half_bits_to_float(uint h, uint dtype) {
@@ -149,7 +203,7 @@ float finish_logit(float s, int b, int h, int i, int j) {
   // of NaN is undefined).
   if (has(FLAG_SOFT_CAP)) {
     const float x = s / pc.soft_cap;
-    s = isnan(x) ? x : pc.soft_cap * tanh(clamp(x, -15.0, 15.0));
+    s = is_nan_bits(x) ? x : pc.soft_cap * tanh(clamp(x, -15.0, 15.0));
   }
   if (has(FLAG_BIAS)) s += bias_f32[uint(b) * pc.bias_stride_b + uint(h) * pc.bias_stride_h + uint(i * pc.Tk + j)];
   return s;

@@ -4,8 +4,8 @@
 // log-sum-exp:
 //   m = max_s m_s,  l = sum_s l_s e^(m_s - m),  out = sum_s o_s e^(m_s - m) / (l + e^(sink - m)),
 //   lse = m + log l (over the visible keys; the sink is not included).
-// A row with l == 0 (every key masked or -inf in every chunk) gives out 0 and lse -inf; NaN in
-// any chunk makes l NaN and propagates. One workgroup per row: gl_WorkGroupID = (i, h, b).
+// A row with l == 0 (every key masked or -inf in every chunk) gives out 0 and lse -inf; a chunk
+// that saw a NaN or +inf logit (l NaN) makes the row NaN. One workgroup per row: gl_WorkGroupID = (i, h, b).
 #extension GL_GOOGLE_include_directive : require
 #include "attn_io.glsl"
 
@@ -17,26 +17,31 @@ void main() {
   const uint stride = uint(pc.Dv + 2);
   const uint base = row * uint(pc.nsplit) * stride;
   // Every invocation computes m and l itself (nsplit is small): no shared memory, no barrier.
+  // A chunk's m is finite (NEG_BIG when it saw nothing); its l is NaN when it saw a NaN or +inf
+  // logit, which poisons the row.
   float m = NEG_BIG;
-  for (int s = 0; s < pc.nsplit; ++s) m = max(m, scratch[base + uint(s) * stride + uint(pc.Dv)]);
+  bool poisoned = false;
+  for (int s = 0; s < pc.nsplit; ++s) {
+    const uint at = base + uint(s) * stride + uint(pc.Dv);
+    m = max(m, scratch[at]);
+    poisoned = poisoned || is_nan_bits(scratch[at + 1u]);
+  }
   float l = 0.0;
   for (int s = 0; s < pc.nsplit; ++s) {
     const uint at = base + uint(s) * stride + uint(pc.Dv);
-    l += scratch[at + 1u] * exp(scratch[at] - m);
+    if (!is_nan_bits(scratch[at + 1u])) l += scratch[at + 1u] * exp(scratch[at] - m);
   }
-  const bool masked = l == 0.0;
-  if (gl_LocalInvocationIndex == 0u && has(FLAG_LSE)) lse_f32[row] = masked ? NEG_INF : m + log(l);
-  float denom = l;
-  if (has(FLAG_SINKS)) denom += exp(sinks_f32[h] - m);
+  if (gl_LocalInvocationIndex == 0u && has(FLAG_LSE)) lse_u32[row] = row_lse_bits(m, l, poisoned);
+  const float factor = row_factor(m, l, h);
+  const bool out_nan = poisoned || (l != 0.0 && sink_poisons(h));
   const uint obase = uint(((b * pc.Tq + i) * pc.Hq + h) * pc.Dv);
   for (int d = int(gl_LocalInvocationIndex); d < pc.Dv; d += int(gl_WorkGroupSize.x)) {
     float acc = 0.0;
     for (int s = 0; s < pc.nsplit; ++s) {
       const uint at = base + uint(s) * stride;
-      const float w = exp(scratch[at + uint(pc.Dv)] - m);
-      // A chunk that saw nothing has o = 0 and weight 0 (or 1 when no chunk saw anything).
-      acc += scratch[at + uint(d)] * w;
+      // A chunk that saw nothing has o = 0 and l = 0: weight exp(NEG_BIG - m) or 1, o adds 0.
+      acc += scratch[at + uint(d)] * exp(scratch[at + uint(pc.Dv)] - m);
     }
-    out_f32[obase + uint(d)] = masked ? 0.0 : acc / denom;
+    out_u32[obase + uint(d)] = out_bits(acc, factor, out_nan);
   }
 }

@@ -12,6 +12,10 @@
 //   dbias_ij = P_ij (dP_ij - Delta_i) (before the cap's factor)
 //   dsinks_h = -sum_i exp(sink_h - lz_i) Delta_i
 // A fully masked row has lse = -inf: lz = +inf, Delta = 0, and it is skipped (zero gradients).
+// The non-finite policy (README "Gradients"): a masked pair -- static mask, segment ids, or a
+// logit of -inf -- contributes nothing, even where q_i, k_j, v_j or dout_i hold NaN or inf: it is
+// skipped, and the four-at-a-time paths read its operand rows as zero bits (axpy4's `live`).
+// Visible pairs follow IEEE arithmetic, so a NaN row (lse NaN) spreads NaN where the sums put it.
 //
 // The tiles are those of the forward (BQ = BK = 32, the block map of vk_tile_plan.h): the dq pass
 // walks a q block's row of the map, the dk/dv pass a kv block's column (an index built on the
@@ -99,7 +103,10 @@ vec2 unpack_pair(uint w) {
 // Row operations between a private array ARR and rows of N elements of the packed buffer VEC
 // (streamed past it), at element offsets `base`:
 //   dot_SUFFIX(base) = ARR . row             axpy_SUFFIX(w, base): ARR += w * row
-//   dot4_SUFFIX(bases) = ARR . row_c, c < 4  axpy4_SUFFIX(w, bases): ARR += sum_c w[c] * row_c
+//   dot4_SUFFIX(bases) = ARR . row_c, c < 4  axpy4_SUFFIX(w, bases, live): ARR += sum_c w[c] * row_c
+//                                            over the rows c whose bit is set in `live`
+// axpy4 reads the rows of the other lanes as zero bits (an integer mask, which no compiler may
+// fold): a masked pair's row never enters the sum, even as 0 x NaN or 0 x inf.
 // The four-row forms need FLAG_VEC (every base a multiple of VEC_ELEMS, rows read 16 bytes at a
 // time) and read each element of ARR once per four rows instead of once per row (private arrays
 // live in memory on most implementations), as the forward's dot_qk4 / add_weighted_v4.
@@ -132,11 +139,13 @@ vec2 unpack_pair(uint w) {
     }                                                                                                \
     return sum;                                                                                      \
   }                                                                                                  \
-  void axpy4_##SUFFIX(vec4 w, uvec4 bases) {                                                         \
+  void axpy4_##SUFFIX(vec4 w, uvec4 bases, uint live) {                                              \
     const uvec4 at = bases / uint(VEC_ELEMS);                                                        \
+    const uvec4 keep = uvec4(notEqual(uvec4(live) & uvec4(1u, 2u, 4u, 8u), uvec4(0u))) * 0xffffffffu; \
     for (int d = 0; d < N; d += VEC_ELEMS) {                                                         \
       const uint o = uint(d / VEC_ELEMS);                                                            \
-      const uvec4 x0 = VEC[at.x + o], x1 = VEC[at.y + o], x2 = VEC[at.z + o], x3 = VEC[at.w + o];    \
+      const uvec4 x0 = VEC[at.x + o] & keep.x, x1 = VEC[at.y + o] & keep.y, x2 = VEC[at.z + o] & keep.z, \
+                  x3 = VEC[at.w + o] & keep.w;                                                       \
       if (DTYPE == 0u) {                                                                             \
         vec4 a = vec4(ARR[d], ARR[d + 1], ARR[d + 2], ARR[d + 3]);                                   \
         a += w.x * uintBitsToFloat(x0) + w.y * uintBitsToFloat(x1) + w.z * uintBitsToFloat(x2) +     \
@@ -179,7 +188,8 @@ float logit(float dot_qk, int b, int h, int i, int j, out float t) {
   float x = dot_qk * pc.scale;
   t = 0.0;
   if (has(FLAG_SOFT_CAP)) {
-    t = tanh(clamp(x / pc.soft_cap, -TANH_CLAMP, TANH_CLAMP));
+    // clamp of NaN is undefined: a NaN stays NaN (and so does its chain-rule factor).
+    t = is_nan_bits(x) ? x : tanh(clamp(x / pc.soft_cap, -TANH_CLAMP, TANH_CLAMP));
     x = pc.soft_cap * t;
   }
   if (has(FLAG_BIAS)) x += bias_f32[uint(b) * pc.bias_stride_b + uint(h) * pc.bias_stride_h + uint(i * pc.Tk + j)];

@@ -89,21 +89,26 @@ void main() {
               const uvec4 gb = uvec4(((b * pc.Tq + i4) * pc.Hq + h) * pc.Dv);
               const vec4 dots = dot4_k(qb), dp = dot4_v(gb);
               vec4 p = vec4(0.0), ds = vec4(0.0);
+              uint live = 0u;  // visible, not fully masked, a logit above -inf
               for (int t = 0; t < 4; ++t) {
                 if (((g >> uint(t)) & 1u) == 0u) continue;
                 const int i = i0 + r0 + t;
                 const uint st = stat_index(b, h, i);
                 const float lz = stats[st];
-                if (lz == POS_INF) continue;  // a fully masked row: nothing
+                if (is_pos_inf_bits(lz)) continue;  // a fully masked row: nothing
                 float th;
                 const float x = logit(dots[t], b, h, i, j, th);
+                if (is_neg_inf_bits(x)) continue;  // a -inf logit masks the pair
+                live |= 1u << uint(t);
                 p[t] = exp(x - lz);
                 ds[t] = p[t] * (dp[t] - stats[doff + st]);
                 if (has(FLAG_BIAS)) dbias_f32[dbias_head + uint(i * pc.Tk + j)] += ds[t];
                 if (has(FLAG_SOFT_CAP)) ds[t] *= 1.0 - th * th;
               }
-              axpy4_dv(p, gb);
-              axpy4_dk(ds, qb);
+              if (live != 0u) {
+                axpy4_dv(p, gb, live);
+                axpy4_dk(ds, qb, live);
+              }
             }
           } else {
             while (vis != 0u) {
@@ -112,10 +117,11 @@ void main() {
               const int i = i0 + r;
               const uint st = stat_index(b, h, i);
               const float lz = stats[st];
-              if (lz == POS_INF) continue;  // a fully masked row: nothing
+              if (is_pos_inf_bits(lz)) continue;  // a fully masked row: nothing
               const uint qbase = q_row(b, i, h), gbase = g_row(b, i, h);
               float th;
               const float x = logit(dot_k(qbase), b, h, i, j, th);
+              if (is_neg_inf_bits(x)) continue;  // a -inf logit masks the pair
               const float p = exp(x - lz);
               float ds = p * (dot_v(gbase) - stats[doff + st]);
               if (has(FLAG_BIAS)) dbias_f32[dbias_head + uint(i * pc.Tk + j)] += ds;

@@ -50,7 +50,7 @@ void main() {
   const uint st = stat_index(b, h, i);
   const float lse = lse_f32[st];
   const uint gbase = g_row(b, i, h);
-  const bool empty = lse == NEG_INF;
+  const bool empty = is_neg_inf_bits(lse);
   float lz = POS_INF, delta = 0.0;
   if (!empty) {
     for (int d = 0; d < pc.Dv; ++d) delta += load_g(gbase + uint(d)) * load_o(gbase + uint(d));
@@ -79,7 +79,7 @@ void main() {
       uint vis = row_visibility(e, r, j0, nj, lo, hi, b, seg_i);
       if (has(FLAG_VEC)) {
         // Four keys at a time (a group with no visible key is skipped; keys past the tile's
-        // end read the last key: finite values, weight 0).
+        // end read the last key, and like masked keys they are left out of the sum).
         for (int t0 = 0; t0 < nj; t0 += 4) {
           const uint g = (vis >> uint(t0)) & 15u;
           if (g == 0u) continue;
@@ -88,14 +88,17 @@ void main() {
           const vec4 dots = dot4_q(kb);
           const vec4 dp = dot4_g(uvec4(((b * pc.Tk + j4) * pc.Hkv + hk) * pc.Dv));
           vec4 ds = vec4(0.0);
+          uint live = 0u;  // visible and a logit above -inf
           for (int c = 0; c < 4; ++c)
             if (((g >> uint(c)) & 1u) != 0u) {
               float th;
               const float x = logit(dots[c], b, h, i, j0 + t0 + c, th);
+              if (is_neg_inf_bits(x)) continue;  // a -inf logit masks the pair
+              live |= 1u << uint(c);
               ds[c] = exp(x - lz) * (dp[c] - delta);
               if (has(FLAG_SOFT_CAP)) ds[c] *= 1.0 - th * th;
             }
-          axpy4_acc(ds, kb);
+          if (live != 0u) axpy4_acc(ds, kb, live);
         }
       } else {
         while (vis != 0u) {
@@ -105,6 +108,7 @@ void main() {
           const uint kbase = k_row(b, j, hk);
           float th;
           const float x = logit(dot_q(kbase), b, h, i, j, th);
+          if (is_neg_inf_bits(x)) continue;  // a -inf logit masks the pair
           float ds = exp(x - lz) * (dot_g(v_row(b, j, hk)) - delta);
           if (has(FLAG_SOFT_CAP)) ds *= 1.0 - th * th;
           axpy_acc(ds, kbase);

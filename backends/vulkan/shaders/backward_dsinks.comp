@@ -21,7 +21,7 @@ void main() {
     const int b = n / pc.Tq, i = n - b * pc.Tq;
     const uint st = stat_index(b, h, i);
     const float lz = stats[st];
-    if (lz != POS_INF) sum += exp(a - lz) * stats[doff + st];
+    if (!is_pos_inf_bits(lz)) sum += exp(a - lz) * stats[doff + st];  // fully masked rows add nothing
   }
   partial[t] = sum;
   barrier();

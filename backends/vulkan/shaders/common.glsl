@@ -115,8 +115,9 @@ vec4 dot_qk4(uvec4 kb) {
 
 // Keys of weight 0 (masked, or past the tile's end) add nothing, even when their v holds NaN or
 // inf: their term is selected away, not multiplied (0 x inf = NaN).
-vec4 weighted(float w, vec4 x) { return w != 0.0 ? w * x : vec4(0.0); }
-vec2 weighted(float w, vec2 x) { return w != 0.0 ? w * x : vec2(0.0); }
+// w x, or 0 where w is 0 (an integer mask on x's bits: weight 0 adds nothing, not 0 x NaN).
+vec4 weighted(float w, vec4 x) { return w * weighted_value(w, x); }
+vec2 weighted(float w, vec2 x) { return w * weighted_value(w, vec4(x, 0.0, 0.0)).xy; }
 
 void add_weighted_v4(vec4 p, uvec4 vb) {
   const uvec4 base = vb / uint(VEC_ELEMS);

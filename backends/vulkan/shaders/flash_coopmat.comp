@@ -105,6 +105,7 @@ void main() {
   if (has(FLAG_PARAM_MASK)) param_interval(i_soft, lo, hi);
   const int seg_i = (has(FLAG_SEGMENTS) && live_soft) ? seg_q[b * pc.Tq + i_soft] : 0;
   float m = NEG_BIG, l = 0.0;
+  bool poisoned = false;  // this lane saw a NaN or +inf logit of its row (the row is NaN)
 
   // The accumulator: element u of block n is (row (lane + SG*u) / 16, column n*16 + (lane + SG*u) % 16).
   float o[DVPAD / 16u][EPL];
@@ -132,7 +133,7 @@ void main() {
       const uint c = x / DVPAD, d = x % DVPAD;
       float vv = 0.0;
       if (int(c) < nj && int(d) < pc.Dv) vv = v_elem(vbase + c * vstride + d, DTYPE);
-      bad = bad || isnan(vv) || isinf(vv);
+      bad = bad || (floatBitsToUint(vv) & 0x7f800000u) == 0x7f800000u;  // NaN or +-inf, by its bits
       kvsh[BC * KSTR + c * VSTR + d] = float16_t(vv);
     }
     if (bad) atomicOr(nonfinite_v[parity], 1u);
@@ -158,13 +159,23 @@ void main() {
       vis = static_bits(uint(e), iq_soft, j0, nj, lo, hi, pc.q_rows);
       if (has(FLAG_SEGMENTS) && vis != 0u) vis &= segment_bits(b, j0, nj, seg_i);
     }
+    // Logits are classified by their bits (attn_io.glsl's logit_class): only finite ones take
+    // part (the rest stay at the finite NEG_BIG, weight 0); a NaN / +inf one poisons the row.
     float x[CPL];
     float tile_max = NEG_BIG;
+    uint live = 0u;
     [[unroll]] for (uint t = 0; t < CPL; ++t) {
       const uint c = part + LPR * t;
-      x[t] = NEG_INF;
-      if (((vis >> c) & 1u) != 0u)
-        x[t] = finish_logit(ssh[(sg * 16u + r_soft) * SSTR + c] * pc.scale, b, h_soft, i_soft, j0 + int(c));
+      x[t] = NEG_BIG;
+      if (((vis >> c) & 1u) != 0u) {
+        const float y = finish_logit(ssh[(sg * 16u + r_soft) * SSTR + c] * pc.scale, b, h_soft, i_soft, j0 + int(c));
+        const uint cls = logit_class(y);
+        poisoned = poisoned || cls == LOGIT_POISON;
+        if (cls == LOGIT_LIVE) {
+          x[t] = y;
+          live |= 1u << t;
+        }
+      }
       tile_max = max(tile_max, x[t]);
     }
     [[unroll]] for (uint off = 1u; off < LPR; off *= 2u) tile_max = max(tile_max, subgroupShuffleXor(tile_max, off));
@@ -173,7 +184,7 @@ void main() {
     m = m_new;
     float psum = 0.0;
     [[unroll]] for (uint t = 0; t < CPL; ++t) {
-      const float16_t p = float16_t(exp(x[t] - m_new));
+      const float16_t p = float16_t(((live >> t) & 1u) != 0u ? exp(x[t] - m_new) : 0.0);
       psum += float(p);
       psh[(sg * 16u + r_soft) * PSTR + part + LPR * t] = p;
     }
@@ -205,7 +216,7 @@ void main() {
         if (guarded) {
           for (uint c = 0; c < BC; ++c) {
             const float p = float(psh[(sg * 16u + r) * PSTR + c]);
-            if (p != 0.0) add += p * float(kvsh[BC * KSTR + c * VSTR + n * 16u + col]);
+            add += p * weighted_value(p, float(kvsh[BC * KSTR + c * VSTR + n * 16u + col]));  // weight 0: nothing
           }
         } else {
           add = osh[(sg * 16u + r) * OSTR + col];
@@ -219,11 +230,15 @@ void main() {
 
   // Normalise and write: the statistics go through shared memory to the lanes that hold the
   // elements of each row.
+  // A row is poisoned when any of its LPR softmax lanes saw a NaN / +inf logit; row_l carries
+  // that as NaN bits to the lanes that write the row.
+  uint poison_bits = poisoned ? 1u : 0u;
+  [[unroll]] for (uint off = 1u; off < LPR; off *= 2u) poison_bits |= subgroupShuffleXor(poison_bits, off);
+  poisoned = poison_bits != 0u;
   if (part == 0u) {
-    row_l[sg * 16u + r_soft] = l;
+    row_l[sg * 16u + r_soft] = poisoned ? uintBitsToFloat(NAN_BITS) : l;
     row_m[sg * 16u + r_soft] = m;
-    if (live_soft && has(FLAG_LSE))
-      lse_f32[uint((b * pc.Hq + h_soft) * pc.Tq + i_soft)] = l == 0.0 ? NEG_INF : m + log(l);
+    if (live_soft && has(FLAG_LSE)) lse_u32[uint((b * pc.Hq + h_soft) * pc.Tq + i_soft)] = row_lse_bits(m, l, poisoned);
   }
   subgroupMemoryBarrierShared();
   subgroupBarrier();
@@ -233,13 +248,15 @@ void main() {
     const int i = qb * pc.q_rows + rr % pc.q_rows, h = h0 + rr / pc.q_rows;
     if (rr >= rows || i >= pc.Tq) continue;
     const float lr = row_l[sg * 16u + r], mr = row_m[sg * 16u + r];
-    // A fully masked row gives 0; a sink adds mass without value; NaN in l propagates.
-    float denom = lr;
-    if (has(FLAG_SINKS)) denom += exp(sinks_f32[h] - mr);
+    // attn_io.glsl's row end: a fully masked row gives 0, a poisoned row NaN; a sink adds mass
+    // without value.
+    const bool nan_row = is_nan_bits(lr);
+    const float factor = nan_row ? 0.0 : row_factor(mr, lr, h);
+    const bool out_nan = nan_row || (lr != 0.0 && sink_poisons(h));
     const uint obase = uint(((b * pc.Tq + i) * pc.Hq + h) * pc.Dv);
     [[unroll]] for (uint n = 0; n < DVPAD / 16u; ++n) {
       const int d = int(n * 16u + col);
-      if (d < pc.Dv) out_f32[obase + uint(d)] = lr == 0.0 ? 0.0 : o[n][u] / denom;
+      if (d < pc.Dv) out_u32[obase + uint(d)] = out_bits(o[n][u], factor, out_nan);
     }
   }
 }

@@ -4,7 +4,7 @@
 //
 // A workgroup owns q_rows query positions x head_rows q heads of one kv head (GQA: those heads
 // share every staged K/V tile) of one batch: gl_WorkGroupID = (q block * nsplit + split,
-// head block, batch). Its invocations form teams of DS consecutive lanes of one subgroup; a team
+// head block, batch). Its invocations form teams of DS consecutive subgroup lanes; a team
 // owns RPT rows, and each lane of the team holds a DS-th of the row's head dimension: vec4
 // number lane + DS*k (k < DK4) of q and of the output accumulator, so that S = Q K^T is a
 // partial dot product per lane summed with subgroupShuffleXor over the team.
@@ -77,8 +77,13 @@ vec4 load4(uint which, uint base, int d, int n) {
 void main() {
   const uint tid = gl_LocalInvocationIndex;
   const uint WG = gl_WorkGroupSize.x;
-  const uint lane = tid % DS;  // teams are DS consecutive invocations of one subgroup
-  const uint team = tid / DS;
+  // Teams are DS consecutive lanes of one subgroup, numbered by the subgroup's own lane index
+  // (Vulkan does not promise that local invocation indices map onto subgroup lanes in order):
+  // the shuffles below pair lanes by gl_SubgroupInvocationID. The selection takes DS > 1 only
+  // where every subgroup is full (full subgroups, or a fixed size dividing the workgroup), so
+  // that gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID numbers every invocation once.
+  const uint lane = DS == 1u ? 0u : gl_SubgroupInvocationID % DS;
+  const uint team = DS == 1u ? tid : (gl_SubgroupID * gl_SubgroupSize + gl_SubgroupInvocationID) / DS;
   const int qb = int(gl_WorkGroupID.x) / pc.nsplit, split = int(gl_WorkGroupID.x) % pc.nsplit;
   const int b = int(gl_WorkGroupID.z);
   const int h0 = int(gl_WorkGroupID.y) * pc.head_rows;
@@ -114,11 +119,13 @@ void main() {
   vec4 q[RPT][DK4];
   vec4 o[RPT][DV4];
   float m[RPT], l[RPT];
+  bool poisoned[RPT];  // a NaN or +inf logit: the row is NaN
   [[unroll]] for (uint r = 0; r < RPT; ++r) {
     [[unroll]] for (uint k = 0; k < DK4; ++k) q[r][k] = q_in[r * DK4 + k];
     [[unroll]] for (uint k = 0; k < DV4; ++k) o[r][k] = vec4(0.0);
     m[r] = NEG_BIG;
     l[r] = 0.0;
+    poisoned[r] = false;
     seg[r] = seg_in[r];
   }
 
@@ -161,7 +168,6 @@ void main() {
     [[unroll]] for (uint r = 0; r < RPT; ++r) vis[r] = vis_in[r];
 
     // Keys are taken KU at a time, each group a step of the online softmax.
-    const bool guarded = (entry & 1u) == 0u || has(FLAG_BIAS);
     [[dont_unroll]] for (uint c0 = 0; c0 < BC; c0 += KU) {
       if (int(c0) >= nj) break;
       // S = Q K^T: each lane's partial dot products, then summed over the team.
@@ -179,59 +185,65 @@ void main() {
             [[unroll]] for (uint off = 1u; off < DS; off *= 2u) s[r][c] += subgroupShuffleXor(s[r][c], off);
       }
 
-      // Logits and the online softmax; s becomes P (0 for masked keys and -inf logits).
+      // Logits and the online softmax; s becomes P (0 for masked keys and -inf logits, which
+      // stay out of the max as the finite NEG_BIG; a NaN / +inf logit poisons the row). Written
+      // with selects, not branches: CPU implementations compile each branch of this unrolled
+      // body into basic blocks, which their coroutine pass pays for quadratically.
+      uint keep[RPT][KU];  // all ones where P != 0: the key's value is multiplied in
       [[unroll]] for (uint r = 0; r < RPT; ++r) {
         const uint bits_r = vis[r] >> c0;
         float step_max = NEG_BIG;
+        uint live = 0u;
         [[unroll]] for (uint c = 0; c < KU; ++c) {
-          float x = NEG_INF;
-          if (((bits_r >> c) & 1u) != 0u) x = finish_logit(s[r][c], b, row_h[r], row_i[r], j0 + int(c0 + c));
-          s[r][c] = x;
-          step_max = max(step_max, x);
+          const bool visible = ((bits_r >> c) & 1u) != 0u;
+          float y = NEG_BIG;
+          if (visible) y = finish_logit(s[r][c], b, row_h[r], row_i[r], j0 + int(c0 + c));
+          const uint cls = visible ? logit_class(y) : LOGIT_MASKED;
+          poisoned[r] = poisoned[r] || cls == LOGIT_POISON;
+          live |= cls == LOGIT_LIVE ? 1u << c : 0u;
+          s[r][c] = cls == LOGIT_LIVE ? y : NEG_BIG;
+          step_max = max(step_max, s[r][c]);
         }
         const float m_new = max(m[r], step_max);
         const float alpha = exp(m[r] - m_new);
         m[r] = m_new;
         // alpha is 1 unless the running max grew (rare after the first keys): skip the rescale
-        // then. A NaN alpha rescales, and propagates.
+        // then.
         if (alpha != 1.0) {
           l[r] *= alpha;
           [[unroll]] for (uint k = 0; k < DV4; ++k) o[r][k] *= alpha;
         }
         [[unroll]] for (uint c = 0; c < KU; ++c) {
-          s[r][c] = exp(s[r][c] - m_new);
+          s[r][c] = ((live >> c) & 1u) != 0u ? exp(s[r][c] - m_new) : 0.0;
+          keep[r][c] = (floatBitsToUint(s[r][c]) << 1) != 0u ? 0xffffffffu : 0u;
           l[r] += s[r][c];
         }
       }
 
-      // O += P V. Where a key may be masked for some row (partial tiles, -inf biases), its value
-      // is multiplied in only where P != 0, so that NaN/Inf in a masked key's v never leaks.
+      // O += P V. A key of weight 0 for a row (masked by a partial tile or a -inf bias, past the
+      // sequence, or underflowed) adds nothing to it: its value goes through an integer mask, so
+      // that NaN/Inf in a masked key's v never leaks (as 0 x NaN).
       [[unroll]] for (uint c = 0; c < KU; ++c)
         [[unroll]] for (uint k = 0; k < DV4; ++k) {
-          const vec4 vv = vs[(c0 + c) * VROW + lane + DS * k];
-          [[unroll]] for (uint r = 0; r < RPT; ++r) {
-            const vec4 pv = s[r][c] * vv;
-            o[r][k] += (guarded && s[r][c] == 0.0) ? vec4(0.0) : pv;
-          }
+          const uvec4 vv = floatBitsToUint(vs[(c0 + c) * VROW + lane + DS * k]);
+          [[unroll]] for (uint r = 0; r < RPT; ++r) o[r][k] += s[r][c] * uintBitsToFloat(vv & uvec4(keep[r][c]));
         }
     }
   }
 
-  // Results: normalised rows (or split-KV partials) through a private array, stored in a loop.
-  // A fully masked row (every logit masked or -inf: l == 0) gives 0 and lse -inf; a NaN l
-  // propagates; a sink adds probability mass without value.
+  // Results: normalised rows (or split-KV partials) through a private array, stored in a loop
+  // (attn_io.glsl's row_factor / row_lse_bits / out_bits: a fully masked row gives 0 and lse
+  // -inf, a poisoned row NaN, a sink adds probability mass without value).
   vec4 o_out[RPT * DV4];
-  float row_scale[RPT], row_m[RPT], row_l[RPT];
+  float row_m[RPT], row_l[RPT];
+  bool row_nan[RPT], out_nan[RPT];
   [[unroll]] for (uint r = 0; r < RPT; ++r) {
-    float inv = 1.0;
-    if (SPLIT == 0u) {
-      float denom = l[r];
-      if (has(FLAG_SINKS)) denom += exp(sinks_f32[row_h[r]] - m[r]);
-      inv = l[r] == 0.0 ? 0.0 : 1.0 / denom;
-    }
-    [[unroll]] for (uint k = 0; k < DV4; ++k) o_out[r * DV4 + k] = l[r] == 0.0 && SPLIT == 0u ? vec4(0.0) : o[r][k] * inv;
+    const float factor = SPLIT == 0u ? row_factor(m[r], l[r], row_h[r]) : 1.0;
+    [[unroll]] for (uint k = 0; k < DV4; ++k) o_out[r * DV4 + k] = o[r][k] * factor;
     row_m[r] = m[r];
     row_l[r] = l[r];
+    row_nan[r] = poisoned[r];
+    out_nan[r] = poisoned[r] || (SPLIT == 0u && l[r] != 0.0 && sink_poisons(row_h[r]));
   }
   for (uint r = 0; r < RPT; ++r) {
     const int rr = int(team * RPT + r);
@@ -240,25 +252,25 @@ void main() {
     const uint row = uint((b * pc.Hq + h) * pc.Tq + i);  // [B, Hq, Tq] index
     uint base;
     if (SPLIT != 0u) {
-      // Partial of this split: o unnormalised, then m and l.
+      // Partial of this split: o unnormalised, then m and l (l NaN: the chunk poisoned the row).
       base = (row * uint(pc.nsplit) + uint(split)) * uint(pc.Dv + 2);
       if (lane == 0u) {
         scratch[base + uint(pc.Dv)] = row_m[r];
-        scratch[base + uint(pc.Dv) + 1u] = row_l[r];
+        scratch_u32[base + uint(pc.Dv) + 1u] = row_nan[r] ? NAN_BITS : floatBitsToUint(row_l[r]);
       }
     } else {
       base = uint(((b * pc.Tq + i) * pc.Hq + h) * pc.Dv);
       // lse is over the visible keys only.
-      if (has(FLAG_LSE) && lane == 0u) lse_f32[row] = row_l[r] == 0.0 ? NEG_INF : row_m[r] + log(row_l[r]);
+      if (has(FLAG_LSE) && lane == 0u) lse_u32[row] = row_lse_bits(row_m[r], row_l[r], row_nan[r]);
     }
     for (uint x = 0; x < DV4 * 4u; ++x) {
       const int d = int(4u * (lane + DS * (x / 4u)) + x % 4u);
       if (d >= pc.Dv) break;
-      const float val = o_out[r * DV4 + x / 4u][x % 4u];
+      const uint val = out_bits(o_out[r * DV4 + x / 4u][x % 4u], 1.0, out_nan[r]);
       if (SPLIT != 0u)
-        scratch[base + uint(d)] = val;
+        scratch_u32[base + uint(d)] = val;
       else
-        out_f32[base + uint(d)] = val;
+        out_u32[base + uint(d)] = val;
     }
   }
 }

@@ -16,9 +16,19 @@ const uint FLAG_ALIGNED4 = 256u;  // forward: every q/k/v row starts at a multip
 
 bool has(uint f) { return (pc.flags & f) != 0u; }
 
-// +-inf (not constant expressions in GLSL, hence macros).
+// +-inf and a quiet NaN (not constant expressions in GLSL, hence macros).
 #define POS_INF uintBitsToFloat(0x7f800000u)
 #define NEG_INF uintBitsToFloat(0xff800000u)
+#define QUIET_NAN uintBitsToFloat(0x7fc00000u)
+
+// Non-finite values are recognised by their exponent bits, never by isnan / isinf or a float
+// comparison with an infinity: a compiler that may assume no NaN or Inf exists (an entry point
+// without SignedZeroInfNanPreserve, README "Float controls") may fold those away, but not integer
+// tests of the bits.
+bool is_nan_bits(float x) { return (floatBitsToUint(x) & 0x7fffffffu) > 0x7f800000u; }
+bool is_pos_inf_bits(float x) { return floatBitsToUint(x) == 0x7f800000u; }
+bool is_neg_inf_bits(float x) { return floatBitsToUint(x) == 0xff800000u; }
+bool non_finite_bits(float x) { return (floatBitsToUint(x) & 0x7f800000u) == 0x7f800000u; }
 
 // The row's visible key interval [lo, hi) under the parametric mask (bottom-right aligned: query
 // row i sits at key position p = i + Tk - Tq).

@@ -51,7 +51,7 @@ void main() {
       [[unroll]] for (int c = 0; c < 4; ++c) bv[c] = vsh[k][4 * tx + c];
       [[unroll]] for (int r = 0; r < 4; ++r)
         [[unroll]] for (int c = 0; c < 4; ++c)
-          if (!guarded || a[r] != 0.0) acc[r][c] += a[r] * bv[c];
+          acc[r][c] += a[r] * (guarded ? weighted_value(a[r], bv[c]) : bv[c]);  // weight 0: nothing
     }
   }
   [[unroll]] for (int r = 0; r < 4; ++r) {

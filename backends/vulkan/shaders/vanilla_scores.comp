@@ -72,10 +72,12 @@ void main() {
       [[unroll]] for (int c = 0; c < 4; ++c) {
         const int t = 4 * tx + c, j = j0 + t;
         if (t >= nj) continue;
-        float s = NEG_INF;
+        // A masked key holds the bits of -inf, the logit class of a mask (attn_io.glsl): the
+        // softmax pass tells classes apart by bits, never by arithmetic on infinities.
         if (((vis >> uint(t)) & 1u) != 0u && (!has(FLAG_SEGMENTS) || seg_kv[b * pc.Tk + j] == seg[r]))
-          s = finish_logit(acc[r][c] * pc.scale, b, h, i, j);
-        scratch[srow + uint(j)] = s;
+          scratch[srow + uint(j)] = finish_logit(acc[r][c] * pc.scale, b, h, i, j);
+        else
+          scratch_u32[srow + uint(j)] = NEG_INF_BITS;
       }
     }
     if (listed) ++e;
