@@ -8,6 +8,7 @@ PYBIND11_MODULE(_attnops, m) {
   attnops::python::bind_errors(m);
   attnops::python::bind_mask(m);
   attnops::python::bind_device(m);
+  attnops::python::bind_paged(m);  // before Operator: its paged() takes these types
   attnops::python::bind_operator(m);
   attnops::python::bind_host_info(m);
 }

@@ -20,6 +20,8 @@
 #include "call.h"
 #include "device.h"
 #include "outputs.h"
+#include "paged.h"
+#include "result.h"
 
 namespace attnops::python {
 namespace {
@@ -29,6 +31,8 @@ PyObject* json_loads() {
   if (fn == nullptr) fn = py::object(py::module_::import("json").attr("loads")).release().ptr();
   return fn;
 }
+
+}  // namespace
 
 // The decision as a dict: the C++ JSON (requested, operator, backend, reasons [{code, detail}],
 // kernel, ...), plus "pass" and "bytes_copied" always.
@@ -42,17 +46,7 @@ py::dict decision_dict(const DispatchDecision& d) {
   return dict;
 }
 
-// The outputs of one forward call.
-struct Result {
-  py::object out, lse, weights;
-  DispatchDecision decision;
-  py::object decision_cache;  // the dict, made on first access
-
-  py::dict decision_as_dict() {
-    if (!decision_cache) decision_cache = decision_dict(decision);
-    return decision_cache;
-  }
-};
+namespace {
 
 // The outputs of one backward call; unpacks as (dq, dk, dv, dsinks, dbias).
 struct Gradients {
@@ -307,6 +301,25 @@ void bind_operator(py::module_& m) {
            "Gradients of a forward call with these inputs and options: out and lse from that call "
            "(return_lse=True), dout [B, Tq, Hq, Dv] the gradient of out. Returns Gradients (dq, dk, dv, "
            "dsinks, dbias, decision).")
+      .def(
+          "paged",
+          [](Operator& o, py::handle q, py::handle cache, py::handle batch, const py::kwargs& kw) {
+            PagedCallArgs a = parse_paged_args(kw);
+            return paged_call(o.attention(a.base.overrides), q, cache, batch, a, false);
+          },
+          py::arg("q"), py::arg("cache"), py::arg("batch"),
+          "A paged call (operator ragged_paged): q [N, Hq, D] over cache (attnops.PagedKVCache) for "
+          "batch (an attnops.RaggedBatch, or an attnops.PagedPlan made once per step). Keywords: causal, "
+          "sliding_window, chunk_size, logits_soft_cap, sinks, return_lse, kv_split_tokens, backend, "
+          "softmax_scale, num_threads, dtype. Result: out [N, Hq, Dv], lse [N, Hq], decision.")
+      .def(
+          "explain_paged",
+          [](Operator& o, py::handle q, py::handle cache, py::handle batch, const py::kwargs& kw) {
+            PagedCallArgs a = parse_paged_args(kw);
+            return paged_call(o.attention(a.base.overrides), q, cache, batch, a, true);
+          },
+          py::arg("q"), py::arg("cache"), py::arg("batch"),
+          "The decision (a dict) a paged call would get, without running it.")
       .def("_time_calls", &Operator::time_calls, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("n"),
            "Benchmark baseline: (wall, thread CPU) seconds per call of the same call made n times from C++.")
       .def_property_readonly(

@@ -1,0 +1,146 @@
+"""Serving from Python: a paged KV cache, ragged batches, plans and merge_states, against the float64
+reference applied per sequence (reference.attention with Tq = q_len, Tk = kv_len), on native and cpu.
+Tolerances per dtype are the dense ones (reference.TOLERANCE)."""
+import numpy as np
+import pytest
+
+import attnops
+import reference as ref
+
+OP = attnops.registry().get("paged")
+
+
+def make_batch(rng, q_lens, kv_lens, page_size, num_pages, hq, hkv, d, dv, dtype):
+    """A cache with every sequence's keys written through random (permuted) pages, its batch and q."""
+    max_pages = max(1, max(-(-kv // page_size) for kv in kv_lens))
+    cache = attnops.PagedKVCache.host(num_pages, page_size, hkv, d, head_dim_v=dv, dtype=dtype)
+    pages = rng.permutation(num_pages)[: len(kv_lens) * max_pages].reshape(len(kv_lens), max_pages).astype(np.int32)
+    dense = []
+    for s, kv in enumerate(kv_lens):
+        k = ref.to_storage(rng.uniform(-1, 1, (kv, hkv, d)).astype(np.float32), dtype)
+        v = ref.to_storage(rng.uniform(-1, 1, (kv, hkv, dv)).astype(np.float32), dtype)
+        j = np.arange(kv)
+        slots = (pages[s, j // page_size].astype(np.int64) * page_size + j % page_size)
+        cache.write(k, v, slots, dtype=dtype if dtype == "bf16" else None)
+        dense.append((k, v))
+    n = sum(q_lens)
+    q = ref.to_storage(rng.uniform(-1, 1, (n, hq, d)).astype(np.float32), dtype)
+    cu = np.concatenate([[0], np.cumsum(q_lens)]).astype(np.int32)
+    batch = attnops.RaggedBatch(cu, np.asarray(kv_lens, np.int64), pages)
+    return cache, batch, q, dense, cu
+
+
+def reference(q, dense, cu, dtype, **options):
+    outs, lses = [], []
+    for s, (k, v) in enumerate(dense):
+        qs = ref.to_f64(q[cu[s]:cu[s + 1]], dtype)[None]
+        o, lse, _ = ref.attention(qs, ref.to_f64(k, dtype)[None], ref.to_f64(v, dtype)[None], **options)
+        outs.append(o[0])
+        lses.append(lse[0].T)
+    return np.concatenate(outs), np.concatenate(lses)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+@pytest.mark.parametrize("backend", ["native", "cpu"])
+@pytest.mark.parametrize("case", [
+    dict(q_lens=[1, 1, 1], kv_lens=[5, 17, 33], page_size=16),                        # decode
+    dict(q_lens=[1, 4, 9, 0], kv_lens=[40, 11, 9, 3], page_size=3),                   # mixed, q_len 0
+    dict(q_lens=[7, 1], kv_lens=[30, 1], page_size=1, sliding_window=(5, 0)),         # window over pages
+    dict(q_lens=[6, 2], kv_lens=[19, 25], page_size=4, chunk_size=8, logits_soft_cap=5.0),
+    dict(q_lens=[3, 5], kv_lens=[3, 20], page_size=16, sinks=True, causal=False),
+])
+def test_paged_matches_the_reference_per_sequence(dtype, backend, case):
+    case = dict(case)
+    rng = np.random.default_rng(hash((dtype, backend, str(case))) % 2**32)
+    hq, hkv, d, dv = 4, 2, 12, 10
+    q_lens, kv_lens, page_size = case.pop("q_lens"), case.pop("kv_lens"), case.pop("page_size")
+    cache, batch, q, dense, cu = make_batch(rng, q_lens, kv_lens, page_size, 64, hq, hkv, d, dv, dtype)
+    if case.pop("sinks", False):
+        case["sinks"] = rng.uniform(-1, 1, hq).astype(np.float32)
+    kw = dict(dtype="bf16") if dtype == "bf16" else {}
+    res = OP.paged(q, cache, batch, return_lse=True, backend=backend, **kw, **case)
+    assert res.decision["backend"] == backend and res.decision["operator"] == "ragged_paged"
+    want_out, want_lse = reference(q, dense, cu, dtype, **case)
+    got = ref.to_f64(res.out, dtype)
+    tol_out, tol_lse = ref.TOLERANCE[dtype]
+    assert res.out.shape == (len(q), hq, dv) and res.lse.shape == (len(q), hq)
+    np.testing.assert_allclose(got, want_out, atol=tol_out * 4, rtol=0)
+    np.testing.assert_allclose(res.lse, want_lse, atol=tol_lse * 4, rtol=0)
+
+
+def test_a_plan_is_reused_and_batch_invariant():
+    rng = np.random.default_rng(7)
+    cache, batch, q, dense, cu = make_batch(rng, [1, 5, 1], [700, 9, 1300], 16, 260, 4, 1, 16, 16, "f32")
+    plan = attnops.plan_paged(batch, cache, num_tokens=len(q), num_q_heads=4, kv_split_tokens=256)
+    assert plan.num_seqs == 3 and plan.num_tokens == len(q) and plan.kv_split_tokens == 256
+    assert plan.q_len(1) == 5 and plan.kv_len(2) == 1300 and plan.num_work_items >= 3
+    a = OP.paged(q, cache, plan, backend="cpu", num_threads=2)
+    b = OP.paged(q, cache, plan, backend="cpu", num_threads=1)
+    assert a.decision["batch_invariant"] is True
+    np.testing.assert_array_equal(a.out, b.out)
+    # sequence 2 alone (its own batch) gives the same bits as inside the mixed batch
+    alone = attnops.RaggedBatch(np.array([0, 1], np.int32), np.array([1300]), batch.page_table[2:3])
+    c = OP.paged(q[cu[2]:cu[3]], cache, alone, backend="cpu", kv_split_tokens=256)
+    np.testing.assert_array_equal(c.out, a.out[cu[2]:cu[3]])
+    assert OP.explain_paged(q, cache, plan, backend="cpu")["backend"] == "cpu"
+
+
+def test_wrap_views_the_callers_pools_and_write_gather_round_trip():
+    k_pages = np.zeros((8, 4, 2, 6), np.float32)
+    v_pages = np.zeros((8, 4, 2, 5), np.float32)
+    cache = attnops.PagedKVCache.wrap(k_pages, v_pages)
+    assert cache.k_pages is k_pages and cache.spec["head_dim_v"] == 5 and not cache.on_device
+    rng = np.random.default_rng(3)
+    k_new = rng.standard_normal((3, 2, 6)).astype(np.float32)
+    v_new = rng.standard_normal((3, 2, 5)).astype(np.float32)
+    cache.write(k_new, v_new, np.array([13, -1, 2], np.int64))   # the -1 row is skipped
+    np.testing.assert_array_equal(k_pages[3, 1], k_new[0])          # slot 13 = page 3, row 1
+    np.testing.assert_array_equal(v_pages[0, 2], v_new[2])
+    k, v = cache.gather(np.array([0, 3], np.int32), 6)
+    assert k.shape == (1, 6, 2, 6) and v.shape == (1, 6, 2, 5)
+    np.testing.assert_array_equal(k[0, 2], k_new[2])
+    np.testing.assert_array_equal(k[0, 5], k_new[0])
+    # a host cache exposes its pools as arrays over its own memory
+    own = attnops.PagedKVCache.host(2, 2, 1, 3)
+    own.write(np.ones((1, 1, 3), np.float32), np.ones((1, 1, 3), np.float32), np.array([3], np.int32))
+    assert own.k_pages.shape == (2, 2, 1, 3) and own.k_pages[1, 1, 0, 2] == 1.0 and own.k_pages.sum() == 3.0
+
+
+def test_merge_states_of_two_halves_is_the_whole():
+    rng = np.random.default_rng(11)
+    q = rng.uniform(-1, 1, (1, 3, 2, 8)).astype(np.float32)
+    k = rng.uniform(-1, 1, (1, 20, 2, 8)).astype(np.float32)
+    v = rng.uniform(-1, 1, (1, 20, 2, 8)).astype(np.float32)
+    dense = attnops.registry().get("flash_attn2")
+    halves = [dense(q, k[:, a:b], v[:, a:b], causal=False, return_lse=True, backend="cpu") for a, b in ((0, 7), (7, 20))]
+    whole = dense(q, k, v, causal=False, return_lse=True, backend="cpu")
+    # states are [N, H, Dv] / [N, H]: one batch's rows, lse transposed from [B, H, T]
+    out, lse = attnops.merge_states(halves[0].out[0], halves[0].lse[0].T.copy(), halves[1].out[0],
+                                    halves[1].lse[0].T.copy())
+    np.testing.assert_allclose(out, whole.out[0], atol=2e-6)
+    np.testing.assert_allclose(lse, whole.lse[0].T, atol=2e-6)
+
+
+def test_bad_input_is_a_typed_error_naming_the_argument_and_writes_nothing():
+    cache = attnops.PagedKVCache.host(4, 4, 1, 8)
+    before = cache.k_pages.copy()
+    k = np.ones((2, 1, 8), np.float32)
+    with pytest.raises(attnops.InvalidArgument, match="slot"):
+        cache.write(k, k, np.array([1, 16], np.int32))               # slot 16 is past the pool
+    np.testing.assert_array_equal(cache.k_pages, before)             # all or nothing
+    with pytest.raises(attnops.InvalidArgument, match="slot"):
+        cache.write(k, k, np.array([5, 5], np.int32))                # one slot written twice
+    q = np.ones((2, 2, 8), np.float32)
+    bad_cu = attnops.RaggedBatch(np.array([0, 3], np.int32), np.array([4], np.int32), np.zeros((1, 1), np.int32))
+    with pytest.raises(attnops.Error, match="cu_seqlens_q"):
+        OP.paged(q, cache, bad_cu)
+    wide = attnops.RaggedBatch(np.array([0, 2], np.int32), np.array([9], np.int32), np.zeros((1, 2), np.int32))
+    with pytest.raises(attnops.Error, match="page_table"):
+        OP.paged(q, cache, wide)                                      # 9 keys need 3 pages of 4
+    ok = attnops.RaggedBatch(np.array([0, 2], np.int32), np.array([4], np.int32), np.zeros((1, 1), np.int32))
+    with pytest.raises(attnops.InvalidArgument, match="bias"):
+        OP.paged(q, cache, ok, bias=np.zeros((1, 2, 2, 4), np.float32))
+    with pytest.raises(TypeError, match="RaggedBatch"):
+        OP.paged(q, cache, (1, 2))
+    with pytest.raises(TypeError, match="PagedKVCache"):
+        OP.paged(q, "cache", ok)
