@@ -101,11 +101,14 @@ case "${1:-help}" in
     ;;
   tsan)
     sanitizer_env
-    # The library and the concurrency test only; OpenMP at one thread (libgomp is not
-    # instrumented: its barriers are invisible to TSan and would be reported as races).
+    # The library, the concurrency test and the CPU kernels' own thread pool; OpenMP at one
+    # thread (libgomp is not instrumented: its barriers are invisible to TSan and would be
+    # reported as races). The pool is ours (standard atomics and mutexes), so its tests run with
+    # 2 and 3 threads: callers racing for it, nested calls, the decode merge by the last finisher.
     dir=$build-tsan
-    sanitized_build "$dir" "-DATTNOPS_SANITIZE=thread -DATTNOPS_BUILD_CLI=OFF -DATTNOPS_BUILD_BENCH=OFF -DATTNOPS_BUILD_EXAMPLES=OFF" test_concurrency
+    sanitized_build "$dir" "-DATTNOPS_SANITIZE=thread -DATTNOPS_BUILD_CLI=OFF -DATTNOPS_BUILD_BENCH=OFF -DATTNOPS_BUILD_EXAMPLES=OFF" test_concurrency test_cpu_pool
     OMP_NUM_THREADS=1 "$dir/tests/concurrency/test_concurrency"
+    OMP_NUM_THREADS=1 "$dir/tests/cpu_pool/test_cpu_pool"
     ;;
   fuzz)
     sanitizer_env
