@@ -51,19 +51,6 @@ const TierKernels& tier_kernels(Isa isa) {
 
 namespace {
 
-// The chosen tier, or `forced` when given (it must be one this CPU runs).
-IsaChoice choice_for(std::optional<Isa> forced) {
-  if (!forced) return choose_isa();
-  IsaChoice c = choose_isa_capped(*forced);
-  if (c.tier != *forced || !isa_compiled(*forced))
-    throw Error(ErrorCode::backend_unavailable, "cpu tier " + std::string(isa_name(*forced)) +
-                                                    " requested, but this CPU and build run at most " +
-                                                    std::string(isa_name(c.detected)) + " (" + c.detail +
-                                                    ")");
-  c.detail += "; tier " + std::string(isa_name(*forced)) + " forced by the caller";
-  return c;
-}
-
 // assign / append: a RunInfo reused from call to call keeps its strings' capacity.
 void record(RunInfo& run, const IsaChoice& c, const char* path) {
   run.kernel.assign(isa_name(c.tier));
@@ -103,7 +90,7 @@ void run_tiled(const AttentionProblem& p, const BlockMap& map, AttentionBuffers&
                std::optional<Isa> forced) {
   check_tiled_inputs("cpu tiled_attention", p, map);
   IsaChoice forced_choice;
-  const IsaChoice& c = forced ? (forced_choice = choice_for(forced)) : current_isa_choice();
+  const IsaChoice& c = forced ? (forced_choice = choose_isa_forced(*forced)) : current_isa_choice();
   const CallThreads t = call_threads(p, false, !forced);
   AttentionProblem q = p;  // the kernel reads its thread count from the problem
   q.num_threads = t.threads;
@@ -116,7 +103,7 @@ void run_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffer
   const AttentionProblem& p = bp.fwd;
   check_tiled_inputs("cpu tiled_backward", p, map);
   IsaChoice forced_choice;
-  const IsaChoice& c = forced ? (forced_choice = choice_for(forced)) : current_isa_choice();
+  const IsaChoice& c = forced ? (forced_choice = choose_isa_forced(*forced)) : current_isa_choice();
   record(grads.run, c,
          guarded("cpu tiled_backward", [&] { return tier_kernels(c.tier).backward(bp, map, grads); }));
 }
@@ -124,7 +111,7 @@ void run_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffer
 void run_vanilla(const AttentionProblem& p, AttentionBuffers& buffers, std::optional<Isa> forced,
                  const VanillaPlan* plan = nullptr) {
   IsaChoice forced_choice;
-  const IsaChoice& c = forced ? (forced_choice = choice_for(forced)) : current_isa_choice();
+  const IsaChoice& c = forced ? (forced_choice = choose_isa_forced(*forced)) : current_isa_choice();
   if (p.B == 0 || p.Tq == 0 || p.Hq == 0) return;
   if (p.Tk == 0) {  // nothing to attend to: output stays 0, every lse is -inf
     if (buffers.lse) {

@@ -10,6 +10,8 @@
 #include <cstring>
 #include <mutex>
 
+#include "attnops/error.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #if defined(__linux__)
@@ -229,6 +231,17 @@ IsaChoice choose_isa() {
   static std::once_flag warned;  // a typo is visible once on stderr and in every decision's detail
   std::call_once(warned, [&] { std::fprintf(stderr, "attnops: warning: %s\n", note.c_str()); });
   c.detail += "; " + note;
+  return c;
+}
+
+IsaChoice choose_isa_forced(Isa forced) {
+  IsaChoice c = choose_isa_capped(forced);
+  if (c.tier != forced || !isa_compiled(forced))
+    throw Error(ErrorCode::backend_unavailable, "cpu tier " + std::string(isa_name(forced)) +
+                                                    " requested, but this CPU and build run at most " +
+                                                    std::string(isa_name(c.detected)) + " (" + c.detail +
+                                                    ")");
+  c.detail += "; tier " + std::string(isa_name(forced)) + " forced by the caller";
   return c;
 }
 

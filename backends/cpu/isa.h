@@ -72,5 +72,8 @@ IsaChoice choose_isa();
 const IsaChoice& current_isa_choice();
 // With an explicit cap instead of the environment (tests; nullopt = no cap).
 IsaChoice choose_isa_capped(std::optional<Isa> cap);
+// Exactly the tier `forced` (the kernel tests' explicit tier), its detail saying so;
+// Error(backend_unavailable) when this CPU does not run it or this build does not hold it.
+IsaChoice choose_isa_forced(Isa forced);
 
 }  // namespace attnops::cpu

@@ -23,19 +23,6 @@ namespace {
 
 using i64 = std::int64_t;
 
-// The chosen tier, or `forced` when given (it must be one this CPU runs); as cpu_dispatch.cpp.
-IsaChoice choice_for(std::optional<Isa> forced) {
-  if (!forced) return choose_isa();
-  IsaChoice c = choose_isa_capped(*forced);
-  if (c.tier != *forced || !isa_compiled(*forced))
-    throw Error(ErrorCode::backend_unavailable, "cpu tier " + std::string(isa_name(*forced)) +
-                                                    " requested, but this CPU and build run at most " +
-                                                    std::string(isa_name(c.detected)) + " (" + c.detail +
-                                                    ")");
-  c.detail += "; tier " + std::string(isa_name(*forced)) + " forced by the caller";
-  return c;
-}
-
 // Whether sequence s's output rows are all finite.
 bool rows_finite(const PagedProblem& p, const PagedBuffers& b, i64 s) {
   const PagedPlan::Data& d = *p.batch;
@@ -146,7 +133,8 @@ void run_paged(const PagedProblem& p, PagedBuffers& buffers, std::optional<Isa> 
     throw Error(
         ErrorCode::unsupported_dtype,
         "cpu paged_attention: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
-  const IsaChoice c = choice_for(forced);
+  IsaChoice forced_choice;
+  const IsaChoice& c = forced ? (forced_choice = choose_isa_forced(*forced)) : current_isa_choice();
   const PagedPlan::Data& d = *p.batch;
   const int threads = worker_threads(p.num_threads);
   const TierKernels& k = tier_kernels(c.tier);
