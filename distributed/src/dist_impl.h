@@ -61,6 +61,10 @@ struct Stopwatch {
   }
 };
 
+// The header of a call's statistics: algorithm ("ring", "ulysses"), pass ("forward",
+// "backward"), layout, ranks, global lengths and the transport; steps and totals come later.
+DistStats start_stats(const char* algorithm, const char* pass, Communicator& comm, Layout layout,
+                      std::int64_t Tq, std::int64_t Tk);
 void finish_totals(DistStats& s);
 
 DistOutput ring_forward(Communicator& comm, const Attention& local, const DistSettings& settings,

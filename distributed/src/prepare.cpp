@@ -169,6 +169,19 @@ PreparedBackward prepare_backward(Communicator& comm, const std::string& what, c
   return out;
 }
 
+DistStats start_stats(const char* algorithm, const char* pass, Communicator& comm, Layout layout,
+                      std::int64_t Tq, std::int64_t Tk) {
+  DistStats stats;
+  stats.algorithm = algorithm;
+  stats.pass = pass;
+  stats.layout = layout;
+  stats.ranks = comm.size();
+  stats.Tq = Tq;
+  stats.Tk = Tk;
+  stats.transport = comm.describe();
+  return stats;
+}
+
 void finish_totals(DistStats& s) {
   s.compute_ms = s.wait_ms = 0;
   s.bytes_sent = s.bytes_received = 0;

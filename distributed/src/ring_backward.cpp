@@ -133,14 +133,8 @@ DistGradients ring_backward(Communicator& comm, const Attention& local, const Di
   const BackwardProblem& bp = in.bp;
   const AttentionProblem& p = bp.fwd;
   const int me = comm.rank(), P = comm.size();
-  DistStats stats;
-  stats.algorithm = "ring";
-  stats.pass = "backward";
-  stats.layout = in.layout;
-  stats.ranks = P;
-  stats.Tq = in.q_layout.length();
-  stats.Tk = in.kv_layout.length();
-  stats.transport = comm.describe();
+  DistStats stats =
+      start_stats("ring", "backward", comm, in.layout, in.q_layout.length(), in.kv_layout.length());
 
   const RingPlan plan(comm, p.mask, p.Hq, in.q_layout, in.kv_layout);
   const KvShape shape{p.B, p.Hkv, p.D, p.Dv, p.dtype, p.has_segments()};

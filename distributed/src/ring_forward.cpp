@@ -14,14 +14,8 @@ DistOutput ring_forward(Communicator& comm, const Attention& local, const DistSe
   Stopwatch total;
   const AttentionProblem& p = in.p;
   const int me = comm.rank();
-  DistStats stats;
-  stats.algorithm = "ring";
-  stats.pass = "forward";
-  stats.layout = in.layout;
-  stats.ranks = comm.size();
-  stats.Tq = in.q_layout.length();
-  stats.Tk = in.kv_layout.length();
-  stats.transport = comm.describe();
+  DistStats stats =
+      start_stats("ring", "forward", comm, in.layout, in.q_layout.length(), in.kv_layout.length());
 
   const RingPlan plan(comm, p.mask, p.Hq, in.q_layout, in.kv_layout);
   const KvShape shape{p.B, p.Hkv, p.D, p.Dv, p.dtype, p.has_segments()};

@@ -274,16 +274,6 @@ AttentionOptions local_options(const AttentionOptions& user, const Split& s,
   return o;
 }
 
-void start_stats(DistStats& stats, const char* pass, Communicator& comm, Layout layout, const Split& s) {
-  stats.algorithm = "ulysses";
-  stats.pass = pass;
-  stats.layout = layout;
-  stats.ranks = comm.size();
-  stats.Tq = s.Tq;
-  stats.Tk = s.Tk;
-  stats.transport = comm.describe();
-}
-
 }  // namespace
 
 DistOutput ulysses_forward(Communicator& comm, const Attention& local, Prepared& in,
@@ -293,8 +283,7 @@ DistOutput ulysses_forward(Communicator& comm, const Attention& local, Prepared&
   const Split s = split_of(comm, p, in.q_layout, in.kv_layout);
   const Heads mine = s.mine();
   const std::int64_t hq = mine.q_hi - mine.q_lo, hk = mine.kv_hi - mine.kv_lo;
-  DistStats stats;
-  start_stats(stats, "forward", comm, in.layout, s);
+  DistStats stats = start_stats("ulysses", "forward", comm, in.layout, s.Tq, s.Tk);
 
   StepStats in_st;
   in_st.name = "all-to-all in";
@@ -388,8 +377,7 @@ DistGradients ulysses_backward(Communicator& comm, const Attention& local, Prepa
   const Split s = split_of(comm, p, in.q_layout, in.kv_layout);
   const Heads mine = s.mine();
   const std::int64_t hq = mine.q_hi - mine.q_lo, hk = mine.kv_hi - mine.kv_lo;
-  DistStats stats;
-  start_stats(stats, "backward", comm, in.layout, s);
+  DistStats stats = start_stats("ulysses", "backward", comm, in.layout, s.Tq, s.Tk);
 
   StepStats in_st;
   in_st.name = "all-to-all in";
