@@ -3,10 +3,12 @@
 // includes <mpi.h>.
 #pragma once
 
+#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "attnops/dist/communicator.h"
+#include "attnops/dist/local_communicator.h"
 
 namespace attnops::cli {
 
@@ -17,6 +19,18 @@ class World {
   // Ends every rank of the job now with `code` (MPI_Abort): for errors after which other ranks
   // may be waiting for this one.
   [[noreturn]] virtual void abort(int code) = 0;
+};
+
+// One rank in this process (a build without MPI, or a program not started by a launcher).
+class SingleRankWorld final : public World {
+ public:
+  SingleRankWorld() : world_(1), comm_(world_.communicator(0)) {}
+  dist::Communicator& comm() override { return *comm_; }
+  [[noreturn]] void abort(int code) override { std::_Exit(code); }
+
+ private:
+  dist::LocalWorld world_;
+  std::unique_ptr<dist::Communicator> comm_;
 };
 
 // MPI_Init_thread (MPI_THREAD_FUNNELED) when started by a launcher (mpirun / mpiexec set

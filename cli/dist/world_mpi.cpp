@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 
-#include "attnops/dist/local_communicator.h"
 #include "attnops/dist/mpi_communicator.h"
 #include "attnops/error.h"
 #include "cli/dist/world.h"
@@ -39,22 +38,11 @@ class MpiWorld final : public World {
   std::unique_ptr<dist::MpiCommunicator> comm_;
 };
 
-class SingleRank final : public World {
- public:
-  SingleRank() : world_(1), comm_(world_.communicator(0)) {}
-  dist::Communicator& comm() override { return *comm_; }
-  [[noreturn]] void abort(int code) override { std::_Exit(code); }
-
- private:
-  dist::LocalWorld world_;
-  std::unique_ptr<dist::Communicator> comm_;
-};
-
 }  // namespace
 
 std::unique_ptr<World> open_world(int& argc, char**& argv) {
   if (launched_by_mpi()) return std::make_unique<MpiWorld>(argc, argv);
-  return std::make_unique<SingleRank>();
+  return std::make_unique<SingleRankWorld>();
 }
 
 bool built_with_mpi() {
