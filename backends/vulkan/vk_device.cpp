@@ -24,6 +24,10 @@ Device::~Device() {
   shutdown();
 }
 
+CoopMatEnables coopmat_enables(const DeviceCaps& caps, const BuildCaps& built) {
+  return {caps.coopmat_khr && built.coopmat_khr, caps.coopmat_nv && built.coopmat_nv};
+}
+
 void Device::create(const GpuSettings& settings) {
   const DeviceCaps& c = pd_.caps;
   const float priority = 1.0f;
@@ -58,13 +62,14 @@ void Device::create(const GpuSettings& settings) {
     *tail = &fsize;
     tail = &fsize.pNext;
   }
-  if (c.coopmat_khr) {
+  const CoopMatEnables coop = coopmat_enables(c, build_caps());
+  if (coop.khr) {
     extensions.push_back(kKhrCoopMatExtension);
     fkhr.cooperativeMatrix = VK_TRUE;
     *tail = &fkhr;
     tail = &fkhr.pNext;
   }
-  if (c.coopmat_nv) {
+  if (coop.nv) {
     extensions.push_back(VK_NV_COOPERATIVE_MATRIX_EXTENSION_NAME);
     fnv.cooperativeMatrix = VK_TRUE;
     *tail = &fnv;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "attnops/metadata.h"
+#include "backends/vulkan/vk_device_desc.h"
 #include "backends/vulkan/vk_instance.h"
 #include "backends/vulkan/vk_memory.h"
 #include "backends/vulkan/vk_shader_table.h"
@@ -157,5 +158,15 @@ class Device {
   Owned<VkEvent> hang_event_;
   bool hang_set_ = false;
 };
+
+// The cooperative-matrix extensions a device is created with: those it offers and this build
+// holds shaders for (an extension no shader uses is not enabled: Debian 12's glslc has no
+// GL_KHR_cooperative_matrix, and enabling VK_KHR_cooperative_matrix anyway put a feature structure
+// the validation layers of that release do not know into the chain, which on the first real GPU
+// run, an H100, was VUID-VkDeviceCreateInfo-pNext-pNext at every device creation).
+struct CoopMatEnables {
+  bool khr = false, nv = false;
+};
+CoopMatEnables coopmat_enables(const DeviceCaps& caps, const BuildCaps& built);
 
 }  // namespace attnops::vulkan::rt

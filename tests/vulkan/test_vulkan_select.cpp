@@ -8,6 +8,7 @@
 
 #include "backends/vulkan/vk_kernel_select.h"
 #if ATTNOPS_TEST_VULKAN_BUILT
+#include "backends/vulkan/vk_device.h"
 #include "backends/vulkan/vk_launch.h"
 #endif
 #include "tests/support/testing.h"
@@ -419,6 +420,25 @@ TEST(VulkanLaunchPlan, StepsOfEachVariant) {
   EXPECT_EQ(vp.steps[2].key.shader, vulkan::rt::ShaderId::vanilla_pv);
   EXPECT_EQ(vp.steps[2].groups[0], 64u * 3u);  // q blocks x column blocks of 32 (Dv = 80)
   EXPECT_EQ(vp.scratch_bytes, 2u * 16u * 4096u * 4096u * 4u);
+}
+
+// A cooperative-matrix extension is enabled on a device only where this build holds its shaders:
+// on the H100 (driver 580) this build enabled VK_KHR_cooperative_matrix that Debian 12's glslc
+// cannot compile for, and the validation layers of Debian 12 failed every device creation.
+TEST(VulkanLaunchPlan, CooperativeMatrixExtensionsOnlyWhereTheBuildHoldsTheirShaders) {
+  vulkan::rt::DeviceCaps both;
+  both.coopmat_khr = both.coopmat_nv = true;
+  const auto debian = vulkan::rt::coopmat_enables(both, kDebian12);
+  EXPECT_FALSE(debian.khr);
+  EXPECT_TRUE(debian.nv);
+  const auto newer = vulkan::rt::coopmat_enables(both, kNewGlslc);
+  EXPECT_TRUE(newer.khr);
+  EXPECT_TRUE(newer.nv);
+  const auto none = vulkan::rt::coopmat_enables(both, kNoCoopmat);
+  EXPECT_FALSE(none.khr || none.nv);
+  vulkan::rt::DeviceCaps neither;  // a device that offers neither: nothing, whatever the build holds
+  const auto absent = vulkan::rt::coopmat_enables(neither, kNewGlslc);
+  EXPECT_FALSE(absent.khr || absent.nv);
 }
 #endif
 
