@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "attnops/environment.h"
 #include "attnops/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -222,8 +223,9 @@ IsaChoice choose_isa_capped(std::optional<Isa> cap) {
 }
 
 IsaChoice choose_isa() {
-  const char* env = std::getenv(kIsaCapEnv);
-  if (!env || !*env) return choose_isa_capped(std::nullopt);
+  const std::optional<std::string>& set = environment().cpu_isa;  // read once (attnops/environment.h)
+  if (!set || set->empty()) return choose_isa_capped(std::nullopt);
+  const char* env = set->c_str();
   const std::optional<Isa> cap = parse_isa(env);
   if (cap) return choose_isa_capped(cap);
   IsaChoice c = choose_isa_capped(std::nullopt);
@@ -246,20 +248,16 @@ IsaChoice choose_isa_forced(Isa forced) {
 }
 
 const IsaChoice& current_isa_choice() {
+  // Made again only when the environment is re-read (reload_environment()): no lookup per call.
   struct Cached {
-    bool valid = false;
-    bool had_env = false;
-    std::string env;  // the value the choice was made for
+    std::uint64_t generation = 0;  // of the environment the choice was made for (0: none yet)
     IsaChoice choice;
   };
   thread_local Cached cached;
-  const char* env = std::getenv(kIsaCapEnv);
-  const bool has = env != nullptr;
-  if (!cached.valid || has != cached.had_env || (has && cached.env != env)) {
+  const std::uint64_t g = environment().generation;
+  if (cached.generation != g) {
     cached.choice = choose_isa();
-    cached.had_env = has;
-    cached.env = has ? env : "";
-    cached.valid = true;
+    cached.generation = g;
   }
   return cached.choice;
 }

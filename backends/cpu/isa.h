@@ -64,11 +64,12 @@ struct IsaChoice {
   // "detected avx512bf16 (amx refused: CPU lacks AMX-TILE/AMX-BF16); capped by ATTNOPS_CPU_ISA=avx2"
   std::string detail;
 };
-// Reads ATTNOPS_CPU_ISA on every call (an unknown value is ignored and named in the detail).
+// From ATTNOPS_CPU_ISA as the environment snapshot holds it (an unknown value is ignored and named
+// in the detail).
 IsaChoice choose_isa();
-// choose_isa() for the kernel calls: the same choice, kept per thread and rebuilt only when
-// ATTNOPS_CPU_ISA's value changes (a call compares the variable with the last value it saw and
-// copies nothing: no allocation per call).
+// choose_isa() for the kernel calls: the same choice, kept per thread and rebuilt only when the
+// environment is re-read (attnops/environment.h: ATTNOPS_CPU_ISA is read once per process, and
+// again after reload_environment()); a call looks nothing up and copies nothing.
 const IsaChoice& current_isa_choice();
 // With an explicit cap instead of the environment (tests; nullopt = no cap).
 IsaChoice choose_isa_capped(std::optional<Isa> cap);

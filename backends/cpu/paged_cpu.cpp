@@ -1,8 +1,6 @@
 // The cpu backend's paged entry point (baseline code); see paged_cpu.h.
 #include "backends/cpu/paged_cpu.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <new>
 #include <numeric>
@@ -14,6 +12,7 @@
 #include "backends/common/paged_gather.h"
 #include "backends/common/parallel_errors.h"
 #include "backends/common/threads.h"
+#include "backends/common/work_pool.h"
 #include "backends/cpu/tier_kernels.h"
 #include "backends/cpu/tiled_cpu.h"
 
@@ -73,28 +72,34 @@ void run_tile(const PagedProblem& p, const PagedWorkItem& it, PagedBuffers& buff
 // small ones and the stream items, instead of in a parallel region of its own.
 constexpr double kSmallTilePairs = double{1 << 22};
 
-// The one parallel loop of the paged cpu path (issue 21 moves it onto its scheduler): fn(thread,
-// task) for task < n, dynamically, on at most `threads` threads (thread < threads). Exceptions
-// never leave the OpenMP region: the first is rethrown after it (parallel_errors.h).
+// The one parallel loop of the paged cpu path: fn(slot, task) for task < n, handed out one at a
+// time on the work pool (backends/common/work_pool.h: the caller takes tasks too, and a worker
+// descheduled by a busy machine is never waited for unless it holds a task), on at most `threads`
+// threads; slot < threads indexes the per-thread scratch. Which thread runs a task never changes
+// its result (each writes its own rows or partials; merges run in split order). An exception is
+// caught per task (the pool's tasks must not throw), the remaining tasks are skipped, and the
+// first one is rethrown after the loop (parallel_errors.h).
 template <class Fn>
-void for_each_task(int threads, i64 n, Fn&& fn) {
+void for_each_task(int threads, i64 n, Fn& fn) {
   if (n <= 0) return;
-  const int nt = static_cast<int>(std::clamp<i64>(n, 1, threads));
-  if (nt == 1) {
-    for (i64 i = 0; i < n; ++i) fn(0, i);
-    return;
-  }
-  ParallelErrors errors;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-  for (i64 i = 0; i < n; ++i) {
-    if (errors.any()) continue;
-    try {
-      fn(omp_get_thread_num(), i);
-    } catch (...) {
-      errors.capture();
-    }
-  }
-  errors.rethrow("cpu paged_attention");
+  struct Job {
+    Fn* fn = nullptr;
+    ParallelErrors errors;
+  } job;
+  job.fn = &fn;
+  run_tasks(
+      static_cast<int>(std::clamp<i64>(n, 1, threads)), n,
+      [](void* ctx, std::int64_t task, int slot) {
+        Job& j = *static_cast<Job*>(ctx);
+        if (j.errors.any()) return;
+        try {
+          (*j.fn)(slot, task);
+        } catch (...) {
+          j.errors.capture();
+        }
+      },
+      &job);
+  job.errors.rethrow("cpu paged_attention");
 }
 
 // The stream items `items` (whole sequences, in plan order) with the small tile items `tiles`
@@ -113,15 +118,17 @@ void run_stream_and_small_tiles(const PagedProblem& p, PagedBuffers& buffers, co
     }
   } end{k, job};
   const std::vector<PagedWorkItem>& work = p.batch->work;
-  for_each_task(threads, n + nt, [&](int thread, i64 t) {
+  auto item = [&](int slot, i64 t) {
     if (t < n)
-      k.paged_stream_item(job, thread, t);
+      k.paged_stream_item(job, slot, t);
     else
       run_tile(p, work[static_cast<std::size_t>(tiles[static_cast<std::size_t>(t - n)])], buffers, tier, 1);
-  });
-  if (job)
-    for_each_task(threads, k.paged_stream_merges(job),
-                  [&](int thread, i64 m) { k.paged_stream_merge(job, thread, m); });
+  };
+  for_each_task(threads, n + nt, item);
+  if (job) {
+    auto merge = [&](int slot, i64 m) { k.paged_stream_merge(job, slot, m); };
+    for_each_task(threads, k.paged_stream_merges(job), merge);
+  }
 }
 
 void run_paged(const PagedProblem& p, PagedBuffers& buffers, std::optional<Isa> forced) {

@@ -15,7 +15,7 @@
 // -inf) contributes nothing: dS and P are selected to 0 there, and rows of q, k, dout holding a
 // NaN or inf update only the lanes of their visible pairs (backward_guard.h).
 //
-// Two kinds of task, run in one OpenMP loop (heaviest first, dynamic schedule):
+// Two kinds of task, run in one loop on the work pool (heaviest first, one at a time):
 //  - dq task (b, q head h, q block qb): the forward's layout, lanes over query rows. Q^T, dO^T
 //    [D|Dv][bqp]; per kv block of the map's row: S^T = K Q^T and dP^T = V dO^T [bk][bqp], then
 //    dS^T, then dQ^T [D][bqp] += K^T-broadcast x dS^T. Each dq row is written by one task.
@@ -35,8 +35,6 @@
 // and per-thread scratch of O((bq + bk) x (D + Dv) + bq x bk) floats: nothing of O(T^2).
 // The products run on micro_kernels.h, the forward's micro-kernels (S^T = K Q^T is its gemm_micro,
 // the gradient updates its accumulating scaled_acc).
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -44,6 +42,8 @@
 
 #include "attnops/backward.h"
 #include "backends/common/block_map_impl.h"
+#include "backends/common/threads.h"
+#include "backends/common/work_pool.h"
 #include "backends/cpu/aligned.h"
 #include "backends/cpu/backward_guard.h"
 #include "backends/cpu/micro_kernels.h"
@@ -61,6 +61,17 @@ using micro::acc_panel;
 using micro::kMaxNC;
 using micro::kMaxR;
 constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// fn(slot, task) for every task < n on the work pool (backends/common/work_pool.h: the caller
+// takes tasks too, one at a time, and never waits for a worker that has not started one), on at
+// most nt threads; slot < nt indexes the per-thread scratch. Every task writes its own rows of
+// the gradients, so which thread runs it does not change the result. fn must not throw (the
+// scratch is allocated before).
+template <class Fn>
+void pool_for(int nt, i64 n, Fn& fn) {
+  run_tasks(
+      nt, n, [](void* ctx, std::int64_t task, int slot) { (*static_cast<Fn*>(ctx))(slot, task); }, &fn);
+}
 
 i64 round_up(i64 x, i64 m) {
   return (x + m - 1) / m * m;
@@ -467,9 +478,8 @@ void row_statistics(const BackwardProblem& bp, std::vector<Scratch>& scratch, in
                     GradientBuffers& g) {
   const AttentionProblem& p = bp.fwd;
   const i64 Tq = p.Tq, Hq = p.Hq, Dv = p.Dv, n = p.B * Hq;
-#pragma omp parallel for num_threads(nt) schedule(static)
-  for (i64 bh = 0; bh < n; ++bh) {
-    Scratch& s = scratch[static_cast<std::size_t>(omp_get_thread_num())];
+  auto rows_of = [&](int slot, i64 bh) {
+    Scratch& s = scratch[static_cast<std::size_t>(slot)];
     const i64 b = bh / Hq, h = bh % Hq;
     for (i64 i = 0; i < Tq; ++i) {
       const i64 r = bh * Tq + i;
@@ -491,7 +501,8 @@ void row_statistics(const BackwardProblem& bp, std::vector<Scratch>& scratch, in
         lz[r] = lse;
       }
     }
-  }
+  };
+  pool_for(nt, n, rows_of);
   if (!g.dsinks) return;
   float* ds = g.dsinks->data_as<float>();
   for (i64 h = 0; h < Hq; ++h) {
@@ -567,7 +578,7 @@ const char* tiled_backward(const BackwardProblem& bp, const BlockMap& map, Gradi
       }
   std::stable_sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) { return x.cost > y.cost; });
 
-  int nt = std::clamp(p.num_threads > 0 ? p.num_threads : omp_get_max_threads(), 1, max_worker_threads());
+  int nt = worker_threads(p.num_threads);
   nt = static_cast<int>(std::clamp<i64>(std::max<i64>(static_cast<i64>(tasks.size()), p.B * p.Hq), 1, nt));
   std::vector<Scratch> scratch;  // allocated before the parallel regions: a failure throws here
   scratch.reserve(static_cast<std::size_t>(nt));
@@ -608,22 +619,19 @@ const char* tiled_backward(const BackwardProblem& bp, const BlockMap& map, Gradi
                    p.dtype != DType::f32,
                    p.has_segments()};
   const auto ntasks = static_cast<i64>(tasks.size());
-#pragma omp parallel num_threads(nt)
-  {
-    Scratch& s = scratch[static_cast<std::size_t>(omp_get_thread_num())];
-#pragma omp for schedule(dynamic, 1)
-    for (i64 t = 0; t < ntasks; ++t) {
-      const Task& task = tasks[static_cast<std::size_t>(t)];
-      if (task.kind == 0) {
-        k.dq_task(s, task.b, task.h, task.blk);
-        continue;
-      }
-      const i64 b0 = task.b < 0 ? 0 : task.b, b1 = task.b < 0 ? p.B : task.b + 1;
-      const i64 h0 = task.h < 0 ? 0 : task.h, h1 = task.h < 0 ? p.Hkv : task.h + 1;
-      for (i64 b = b0; b < b1; ++b)
-        for (i64 kvh = h0; kvh < h1; ++kvh) k.dkv_unit(s, b, kvh, task.blk);
+  auto run_task = [&](int slot, i64 t) {
+    Scratch& s = scratch[static_cast<std::size_t>(slot)];
+    const Task& task = tasks[static_cast<std::size_t>(t)];
+    if (task.kind == 0) {
+      k.dq_task(s, task.b, task.h, task.blk);
+      return;
     }
-  }
+    const i64 b0 = task.b < 0 ? 0 : task.b, b1 = task.b < 0 ? p.B : task.b + 1;
+    const i64 h0 = task.h < 0 ? 0 : task.h, h1 = task.h < 0 ? p.Hkv : task.h + 1;
+    for (i64 b = b0; b < b1; ++b)
+      for (i64 kvh = h0; kvh < h1; ++kvh) k.dkv_unit(s, b, kvh, task.blk);
+  };
+  pool_for(nt, ntasks, run_task);
   return kDetail;
 }
 

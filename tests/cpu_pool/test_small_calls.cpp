@@ -79,5 +79,31 @@ TEST(SmallCalls, EachThreadCountIsBitwiseRepeatable) {
   }
 }
 
+// The backward runs its row statistics, its non-finite row flags and its dq / dk-dv tasks on the
+// same pool (issue 21): each thread count gives bitwise the same gradients call after call, and
+// 2 and 3 threads run them with workers racing for tasks (this test runs under TSan in CI).
+TEST(SmallCalls, BackwardOnThePoolIsBitwiseRepeatable) {
+  const Inputs in = inputs(256, 320, 4, 2, 40);  // GQA, Tq != Tk, head dim not a power of two
+  Tensor dout = random_tensor(DType::f32, {1, 256, 4, 40}, 4);
+  for (int threads : {2, 3}) {
+    OperationMetadata md;
+    md.backends = {Backend::cpu};
+    md.disabled_backends = {Backend::gpu};
+    md.num_threads = threads;
+    const Attention attn = registry().get("flash_attn2", md);
+    AttentionOptions o;
+    o.return_lse = true;
+    const AttentionOutput fwd = attn(in.q, in.k, in.v, o);
+    const AttentionGradients a = attn.backward(in.q, in.k, in.v, fwd, dout, o);
+    ASSERT_EQ(a.decision.backend, Backend::cpu);
+    for (int rep = 0; rep < 3; ++rep) {
+      const AttentionGradients b = attn.backward(in.q, in.k, in.v, fwd, dout, o);
+      EXPECT_EQ(std::memcmp(a.dq.data(), b.dq.data(), a.dq.nbytes()), 0) << "dq, threads " << threads;
+      EXPECT_EQ(std::memcmp(a.dk.data(), b.dk.data(), a.dk.nbytes()), 0) << "dk, threads " << threads;
+      EXPECT_EQ(std::memcmp(a.dv.data(), b.dv.data(), a.dv.nbytes()), 0) << "dv, threads " << threads;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace attnops::testing
