@@ -24,7 +24,8 @@ namespace {
 // *error: a typo must not silently mean "on".
 bool env_switch(const char* name, const char* value, std::string* error) {
   std::string v(value);
-  std::transform(v.begin(), v.end(), v.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(v.begin(), v.end(), v.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (v == "1" || v == "true" || v == "yes") return true;
   if (v.empty() || v == "0" || v == "false" || v == "no") return false;
   *error = std::string(name) + "='" + printable(value, 40) +

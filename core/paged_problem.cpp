@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "attnops/environment.h"
 #include "attnops/error.h"
 #include "attnops/problem.h"
 
@@ -205,8 +206,7 @@ PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, 
   }
 
   p.want_lse = o.return_lse;
-  if (const char* prof = std::getenv("ATTNOPS_PROFILE"))
-    p.profile = *prof != '\0' && std::string_view(prof) != "0" && std::string_view(prof) != "false";
+  if (environment().profile) p.profile = true;
   if (md.num_threads < 0)
     fail(ErrorCode::invalid_argument,
          "num_threads: expected >= 0 (0 = OpenMP default), got " + std::to_string(md.num_threads));

@@ -2,13 +2,14 @@
 #include "attnops/problem.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string_view>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
+#include <string_view>
 #include <thread>
 
+#include "attnops/environment.h"
 #include "attnops/error.h"
 #include "core/checked_size.h"
 
@@ -19,21 +20,27 @@ namespace {
 // Largest window / chunk we accept: keeps p - L and p + R far from int64 overflow.
 constexpr std::int64_t kMaxExtent = std::int64_t{1} << 40;
 
-[[noreturn]] void fail(ErrorCode code, const std::string& msg) { throw Error(code, msg); }
+[[noreturn]] void fail(ErrorCode code, const std::string& msg) {
+  throw Error(code, msg);
+}
 
-std::string dims_string(const TensorView& t) { return shape_string(t.shape()); }
+std::string dims_string(const TensorView& t) {
+  return shape_string(t.shape());
+}
 
 void require_rank(const TensorView& t, const char* name, int rank, const char* layout) {
   if (t.data() == nullptr && !t.on_device() && t.numel() != 0)
     fail(ErrorCode::invalid_argument, std::string(name) + ": null data pointer");
   if (t.rank() != rank)
-    fail(ErrorCode::shape_mismatch, std::string(name) + ": expected rank " + std::to_string(rank) + " " + layout +
-                                        ", got rank " + std::to_string(t.rank()) + " " + dims_string(t));
+    fail(ErrorCode::shape_mismatch, std::string(name) + ": expected rank " + std::to_string(rank) + " " +
+                                        layout + ", got rank " + std::to_string(t.rank()) + " " +
+                                        dims_string(t));
 }
 
 void require_float(const TensorView& t, const char* name) {
   if (!is_float(t.dtype()))
-    fail(ErrorCode::unsupported_dtype, std::string(name) + ": expected a float dtype (f32, f16 or bf16), got " +
+    fail(ErrorCode::unsupported_dtype, std::string(name) +
+                                           ": expected a float dtype (f32, f16 or bf16), got " +
                                            std::string(dtype_name(t.dtype())));
 }
 
@@ -42,11 +49,12 @@ void require_float(const TensorView& t, const char* name) {
 // dimension.
 const Tensor& owned_copy(AttentionProblem& p, const TensorView& t, DType dtype, const char* name) {
   if (t.on_device())
-    fail(ErrorCode::unsupported_dtype, std::string(name) + ": a device tensor " + dims_string(t) + " in " +
-                                           std::string(dtype_name(t.dtype())) + " would need a conversion to " +
-                                           std::string(dtype_name(dtype)) +
-                                           " or a copy (innermost stride != 1) on the host: make it in the runtime "
-                                           "dtype, contiguous in its last dimension");
+    fail(ErrorCode::unsupported_dtype,
+         std::string(name) + ": a device tensor " + dims_string(t) + " in " +
+             std::string(dtype_name(t.dtype())) + " would need a conversion to " +
+             std::string(dtype_name(dtype)) +
+             " or a copy (innermost stride != 1) on the host: make it in the runtime "
+             "dtype, contiguous in its last dimension");
   try {
     p.owned.push_back(Tensor::copy_of(t, dtype));
   } catch (const Error& e) {
@@ -58,7 +66,8 @@ const Tensor& owned_copy(AttentionProblem& p, const TensorView& t, DType dtype, 
 // A view with stride(last) == 1, copying (into p.owned) when the view is not, or converting
 // to `dtype` when it differs.
 TensorView normalised(AttentionProblem& p, const TensorView& t, DType dtype, const char* name) {
-  if (t.dtype() == dtype && (t.rank() == 0 || t.stride(t.rank() - 1) == 1 || t.dim(t.rank() - 1) <= 1)) return t;
+  if (t.dtype() == dtype && (t.rank() == 0 || t.stride(t.rank() - 1) == 1 || t.dim(t.rank() - 1) <= 1))
+    return t;
   return owned_copy(p, t, dtype, name).view();
 }
 
@@ -103,9 +112,11 @@ std::string short_number(double x) {
   return buf;
 }
 
-std::string expect4(const char* a, std::int64_t av, const char* b, std::int64_t bv, const char* c, std::int64_t cv,
-                    const char* d, std::int64_t dv) {
-  auto f = [](const char* n, std::int64_t v) { return v >= 0 ? std::string(n) + "=" + std::to_string(v) : std::string(n); };
+std::string expect4(const char* a, std::int64_t av, const char* b, std::int64_t bv, const char* c,
+                    std::int64_t cv, const char* d, std::int64_t dv) {
+  auto f = [](const char* n, std::int64_t v) {
+    return v >= 0 ? std::string(n) + "=" + std::to_string(v) : std::string(n);
+  };
   std::string s = "[";
   s += f(a, av);
   s += ", ";
@@ -139,12 +150,13 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
     fail(ErrorCode::shape_mismatch, "k: expected shape " + expect4("B", p.B, "Tk", -1, "Hkv", -1, "D", p.D) +
                                         " (B and D from q " + dims_string(q) + "), got " + dims_string(k));
   if (v.dim(0) != p.B || v.dim(1) != p.Tk || v.dim(2) != p.Hkv)
-    fail(ErrorCode::shape_mismatch, "v: expected shape " + expect4("B", p.B, "Tk", p.Tk, "Hkv", p.Hkv, "Dv", -1) +
+    fail(ErrorCode::shape_mismatch, "v: expected shape " +
+                                        expect4("B", p.B, "Tk", p.Tk, "Hkv", p.Hkv, "Dv", -1) +
                                         " (from q and k), got " + dims_string(v));
   if (p.Hq % p.Hkv != 0)
     fail(ErrorCode::shape_mismatch, "k: Hq % Hkv must be 0 for GQA/MQA, got Hq=" + std::to_string(p.Hq) +
-                                        " (q " + dims_string(q) + ") and Hkv=" + std::to_string(p.Hkv) + " (k " +
-                                        dims_string(k) + ")");
+                                        " (q " + dims_string(q) + ") and Hkv=" + std::to_string(p.Hkv) +
+                                        " (k " + dims_string(k) + ")");
 
   // Outputs must be allocatable before anything is copied or computed (a view may claim any
   // dimension: with zero strides a huge [.., Dv] costs nothing until the output is allocated).
@@ -159,16 +171,16 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
   // Storage dtype: the runtime dtype, or q's; k and v must agree unless a runtime dtype is set.
   if (md.runtime_dtype) {
     if (!is_float(*md.runtime_dtype))
-      fail(ErrorCode::unsupported_dtype, "runtime_dtype: expected f32, f16 or bf16, got " +
-                                             std::string(dtype_name(*md.runtime_dtype)));
+      fail(ErrorCode::unsupported_dtype,
+           "runtime_dtype: expected f32, f16 or bf16, got " + std::string(dtype_name(*md.runtime_dtype)));
     p.dtype = *md.runtime_dtype;
   } else {
     p.dtype = q.dtype();
     for (auto [t, name] : {std::pair{&k, "k"}, std::pair{&v, "v"}})
       if (t->dtype() != p.dtype)
-        fail(ErrorCode::unsupported_dtype, std::string(name) + ": dtype " + std::string(dtype_name(t->dtype())) +
-                                               " differs from q's " + std::string(dtype_name(p.dtype)) +
-                                               " (set runtime_dtype to convert)");
+        fail(ErrorCode::unsupported_dtype,
+             std::string(name) + ": dtype " + std::string(dtype_name(t->dtype())) + " differs from q's " +
+                 std::string(dtype_name(p.dtype)) + " (set runtime_dtype to convert)");
   }
   if (md.runtime_softmax_dtype != DType::f32)
     fail(ErrorCode::unsupported_dtype, "runtime_softmax_dtype: only f32 is supported, got " +
@@ -183,8 +195,8 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
   // finite), so such a scale is refused. |q . k| <= D * max|q| * max|k| bounds the logits.
   if (md.softmax_scale) {
     if (!std::isfinite(*md.softmax_scale))
-      fail(ErrorCode::invalid_argument, "softmax_scale: expected a finite number, got " +
-                                            std::to_string(*md.softmax_scale));
+      fail(ErrorCode::invalid_argument,
+           "softmax_scale: expected a finite number, got " + std::to_string(*md.softmax_scale));
     p.scale = *md.softmax_scale;
     // (Device tensors are not read on the host: their range is the caller's to keep.)
     if (std::fabs(p.scale) > 1.0 && !p.q.on_device() && !p.k.on_device()) {
@@ -210,14 +222,16 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
   if (o.sliding_window) {
     const auto [l, r] = *o.sliding_window;
     if (l < 0 || r < 0 || l > kMaxExtent || r > kMaxExtent)
-      fail(ErrorCode::invalid_argument, "sliding_window: expected (left, right) with 0 <= left, right <= 2^40, got (" +
-                                            std::to_string(l) + ", " + std::to_string(r) + ")");
+      fail(ErrorCode::invalid_argument,
+           "sliding_window: expected (left, right) with 0 <= left, right <= 2^40, got (" + std::to_string(l) +
+               ", " + std::to_string(r) + ")");
     p.window = o.sliding_window;
     m = m & Mask::local(l, r);
   }
   if (o.chunk_size) {
     if (*o.chunk_size < 1 || *o.chunk_size > kMaxExtent)
-      fail(ErrorCode::invalid_argument, "chunk_size: expected an integer >= 1, got " + std::to_string(*o.chunk_size));
+      fail(ErrorCode::invalid_argument,
+           "chunk_size: expected an integer >= 1, got " + std::to_string(*o.chunk_size));
     p.chunk = o.chunk_size;
     m = m & Mask::chunked_causal(*o.chunk_size);
   }
@@ -239,11 +253,12 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
     for (auto [t, name, T, tn] : {std::tuple{&*o.segment_ids_q, "segment_ids_q", p.Tq, "Tq"},
                                   std::tuple{&*o.segment_ids_kv, "segment_ids_kv", p.Tk, "Tk"}}) {
       if (t->rank() != 2 || t->dim(0) != p.B || t->dim(1) != T)
-        fail(ErrorCode::shape_mismatch, std::string(name) + ": expected shape [B=" + std::to_string(p.B) + ", " + tn +
-                                            "=" + std::to_string(T) + "], got " + dims_string(*t));
+        fail(ErrorCode::shape_mismatch, std::string(name) + ": expected shape [B=" + std::to_string(p.B) +
+                                            ", " + tn + "=" + std::to_string(T) + "], got " +
+                                            dims_string(*t));
       if (t->dtype() != DType::i32 && t->dtype() != DType::i64)
-        fail(ErrorCode::unsupported_dtype, std::string(name) + ": expected dtype i32 or i64, got " +
-                                               std::string(dtype_name(t->dtype())));
+        fail(ErrorCode::unsupported_dtype,
+             std::string(name) + ": expected dtype i32 or i64, got " + std::string(dtype_name(t->dtype())));
     }
     p.seg_q = static_cast<const std::int32_t*>(contiguous(p, *o.segment_ids_q, DType::i32, "segment_ids_q"));
     p.seg_kv =
@@ -254,13 +269,13 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
   if (o.bias) {
     const TensorView& b = *o.bias;
     if (!is_float(b.dtype()))
-      fail(ErrorCode::unsupported_dtype, "bias: expected a float dtype (f32, f16 or bf16), got " +
-                                             std::string(dtype_name(b.dtype())));
+      fail(ErrorCode::unsupported_dtype,
+           "bias: expected a float dtype (f32, f16 or bf16), got " + std::string(dtype_name(b.dtype())));
     if (b.rank() != 4 || (b.dim(0) != 1 && b.dim(0) != p.B) || (b.dim(1) != 1 && b.dim(1) != p.Hq) ||
         b.dim(2) != p.Tq || b.dim(3) != p.Tk)
       fail(ErrorCode::shape_mismatch, "bias: expected shape [B=" + std::to_string(p.B) + " or 1, Hq=" +
-                                          std::to_string(p.Hq) + " or 1, Tq=" + std::to_string(p.Tq) + ", Tk=" +
-                                          std::to_string(p.Tk) + "], got " + dims_string(b));
+                                          std::to_string(p.Hq) + " or 1, Tq=" + std::to_string(p.Tq) +
+                                          ", Tk=" + std::to_string(p.Tk) + "], got " + dims_string(b));
     p.bias = static_cast<const float*>(contiguous(p, b, DType::f32, "bias"));
     p.bias_stride_h = b.dim(1) == 1 ? 0 : p.Tq * p.Tk;
     p.bias_stride_b = b.dim(0) == 1 ? 0 : b.dim(1) * p.Tq * p.Tk;
@@ -284,7 +299,8 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
   if (o.softmax_aux) {
     const TensorView& s = *o.softmax_aux;
     if (!is_float(s.dtype()))
-      fail(ErrorCode::unsupported_dtype, "softmax_aux: expected a float dtype, got " + std::string(dtype_name(s.dtype())));
+      fail(ErrorCode::unsupported_dtype,
+           "softmax_aux: expected a float dtype, got " + std::string(dtype_name(s.dtype())));
     if (s.rank() != 1 || s.dim(0) != p.Hq)
       fail(ErrorCode::shape_mismatch, "softmax_aux: expected shape [Hq=" + std::to_string(p.Hq) +
                                           "] (one sink logit per q head), got " + dims_string(s));
@@ -293,10 +309,7 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
 
   p.want_lse = o.return_lse;
   p.want_weights = o.return_weights;
-  if (const char* prof = std::getenv("ATTNOPS_PROFILE"))
-    p.profile = o.profile || (*prof != '\0' && std::string_view(prof) != "0" && std::string_view(prof) != "false");
-  else
-    p.profile = o.profile;
+  p.profile = o.profile || environment().profile;
 
   // Block sizes and threads.
   for (auto [bs, name] : {std::pair{md.blocksize_q, "blocksize_q"}, std::pair{md.blocksize_k, "blocksize_k"}})
@@ -305,8 +318,8 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
   p.blocksize_q = md.blocksize_q.value_or(128);
   p.blocksize_k = md.blocksize_k.value_or(128);
   if (md.num_threads < 0)
-    fail(ErrorCode::invalid_argument, "num_threads: expected >= 0 (0 = OpenMP default), got " +
-                                          std::to_string(md.num_threads));
+    fail(ErrorCode::invalid_argument,
+         "num_threads: expected >= 0 (0 = OpenMP default), got " + std::to_string(md.num_threads));
   // More threads than the hardware has only costs (and an absurd count overflows OpenMP's
   // thread stacks): clamp, here, for every backend and every source of the setting.
   p.num_threads = std::min(md.num_threads, max_worker_threads());

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attnops/cost.h"
+#include "attnops/environment.h"
 #include "attnops/error.h"
 #include "attnops/paged_problem.h"
 #include "backends/common/block_map_impl.h"
@@ -17,30 +18,11 @@
 
 namespace attnops {
 
-namespace {
-
-// A yes/no environment variable: 1, true, yes (on) or 0, false, no, empty (off), any case.
-// Anything else is an error naming the variable: a typo must not silently mean "on".
-bool env_switch(const char* name, const char* value) {
-  std::string v(value);
-  std::transform(v.begin(), v.end(), v.begin(),
-                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  if (v == "1" || v == "true" || v == "yes") return true;
-  if (v.empty() || v == "0" || v == "false" || v == "no") return false;
-  throw Error(ErrorCode::invalid_argument, std::string(name) + "='" + printable(value, 40) +
-                                               "': expected 1, true or yes (on), or 0, false or no (off)");
-}
-
-}  // namespace
-
 RuntimeFlags RuntimeFlags::from_env() {
+  const EnvironmentSettings& e = environment();  // read once per process (attnops/environment.h)
   RuntimeFlags f;
-  if (const char* s = std::getenv("ATTNOPS_FORCE_NATIVE"))
-    f.force_native = env_switch("ATTNOPS_FORCE_NATIVE", s);
-  if (const char* s = std::getenv("ATTNOPS_LOG")) {
-    std::string v = std::string(",") + s + ",";
-    f.log_dispatch = v.find(",dispatch,") != std::string::npos || v.find(",all,") != std::string::npos;
-  }
+  f.force_native = e.forced_native();
+  f.log_dispatch = e.log_dispatch;
   return f;
 }
 

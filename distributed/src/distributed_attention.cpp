@@ -4,6 +4,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "attnops/environment.h"
 #include "attnops/error.h"
 #include "dist_impl.h"
 
@@ -12,8 +13,7 @@ namespace attnops::dist {
 namespace {
 
 bool force_native() {
-  const char* s = std::getenv("ATTNOPS_FORCE_NATIVE");
-  return s && *s != '\0' && std::strcmp(s, "0") != 0 && std::strcmp(s, "false") != 0;
+  return environment().forced_native();  // read once per process (attnops/environment.h)
 }
 
 std::string bytes_text(std::uint64_t b) {

@@ -7,6 +7,7 @@
 #include "attnops/decision.h"
 #include "attnops/device_tensor.h"
 #include "attnops/dtype.h"
+#include "attnops/environment.h"
 #include "attnops/error.h"
 #include "attnops/gpu.h"
 #include "attnops/host.h"

@@ -114,7 +114,6 @@ TEST(DistBf16, RingAndUlyssesStayNearTheOracle) {
 
 // ---- the plan: what is sent and computed --------------------------------------------------
 
-
 struct RankRun {
   DistStats fwd, bwd;
 };
@@ -278,6 +277,7 @@ TEST(DistErrors, ShardsThatAreNotTheLayoutsAndOptionsThatDiffer) {
 TEST(DistErrors, RingBackwardRefusesTheForcedNativeBackward) {
   const auto c = small_case(2, 1);
   setenv("ATTNOPS_FORCE_NATIVE", "1", 1);
+  attnops::reload_environment();
   expect_every_rank_throws(2, ErrorCode::unsupported_feature, "FORCE_NATIVE", [&](Communicator& comm) {
     const auto ring = get("ring", cpu_one_thread());
     const ShardLayout l = ring.layout_for({}, 24, 2);
@@ -288,6 +288,7 @@ TEST(DistErrors, RingBackwardRefusesTheForcedNativeBackward) {
     ring.backward(comm, q, k, v, o, dout);
   });
   unsetenv("ATTNOPS_FORCE_NATIVE");
+  attnops::reload_environment();
 }
 
 // ---- registry entries ------------------------------------------------------------------

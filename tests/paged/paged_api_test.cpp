@@ -325,16 +325,20 @@ TEST(PagedRouting, DecisionReasonsConfigAndLog) {
   EXPECT_TRUE(n.decision.has(ReasonCode::disabled_by_config));
   // ATTNOPS_LOG=dispatch: one line per call.
   ::setenv("ATTNOPS_LOG", "dispatch", 1);
+  attnops::reload_environment();
   ::testing::internal::CaptureStderr();
   (void)reg.get("paged").paged(c.q, c.cache, c.batch, c.options);
   const std::string log = ::testing::internal::GetCapturedStderr();
   ::unsetenv("ATTNOPS_LOG");
+  attnops::reload_environment();
   EXPECT_THAT(log, HasSubstr("attnops,dispatch,ragged_paged,cpu/"));
   EXPECT_THAT(log, HasSubstr("cpu_faster:gpu: a host cache would be uploaded whole"));
   // ATTNOPS_FORCE_NATIVE.
   ::setenv("ATTNOPS_FORCE_NATIVE", "1", 1);
+  attnops::reload_environment();
   const AttentionOutput f = reg.get("paged").paged(c.q, c.cache, c.batch, c.options);
   ::unsetenv("ATTNOPS_FORCE_NATIVE");
+  attnops::reload_environment();
   EXPECT_EQ(f.decision.backend, Backend::native);
   EXPECT_TRUE(f.decision.has(ReasonCode::forced_native));
   // tpu named first: unavailable, as for every operator.
@@ -408,9 +412,11 @@ TEST(PagedDevice, WriteThenGatherOnTheDeviceAndHostOnlyBackendsRefuseIt) {
                ErrorCode::invalid_argument,
                "the cache (k_pages, v_pages) is device-resident and the backend asked for is native");
   ::setenv("ATTNOPS_FORCE_NATIVE", "1", 1);
+  attnops::reload_environment();
   expect_error([&] { registry().get("paged").paged(c.q, dev, c.batch, c.options); },
                ErrorCode::invalid_argument, "device-resident and ATTNOPS_FORCE_NATIVE=1");
   ::unsetenv("ATTNOPS_FORCE_NATIVE");
+  attnops::reload_environment();
 }
 
 }  // namespace

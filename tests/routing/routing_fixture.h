@@ -30,6 +30,7 @@ class Routing : public ::testing::Test {
   void SetUp() override {
     unsetenv("ATTNOPS_FORCE_NATIVE");
     unsetenv("ATTNOPS_LOG");
+    attnops::reload_environment();  // the library reads its environment once (attnops/environment.h)
     ON_CALL(*host, availability(::testing::_, ::testing::_))
         .WillByDefault([this](Backend b, const GpuSettings&) {
           switch (b) {
@@ -61,6 +62,7 @@ class Routing : public ::testing::Test {
   void TearDown() override {
     unsetenv("ATTNOPS_FORCE_NATIVE");
     unsetenv("ATTNOPS_LOG");
+    attnops::reload_environment();  // the library reads its environment once (attnops/environment.h)
   }
 
   // q [1, Tq, 4, 16], k/v [1, Tk, 2, 16]

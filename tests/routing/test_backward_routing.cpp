@@ -173,6 +173,7 @@ TEST_F(BackwardRouting, PreferenceDisabledAndForcedNativeApply) {
   EXPECT_TRUE(backward(no_cpu).decision.has(ReasonCode::disabled_by_config));
 
   setenv("ATTNOPS_FORCE_NATIVE", "1", 1);
+  attnops::reload_environment();
   auto attn = reg.get("blocksparse");
   expect_only_backward(*bs, Backend::native);
   EXPECT_TRUE(backward(attn).decision.has(ReasonCode::forced_native));
@@ -204,6 +205,7 @@ TEST_F(BackwardRouting, ForwardOnlyOperatorIsATypedError) {
 
 TEST_F(BackwardRouting, DispatchLogLineNamesTheBackward) {
   setenv("ATTNOPS_LOG", "dispatch", 1);
+  attnops::reload_environment();
   shapes(128, 128);
   residuals();
   auto attn = reg.get("blocksparse");

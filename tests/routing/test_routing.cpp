@@ -163,7 +163,8 @@ TEST_F(Routing, FallbacksSwitchedOffInYamlStayOff) {
 TEST_F(Routing, OnlyTheRuleSwitchedOffIsOff) {
   // decode off, seq_multiple still on: q_len 1 is not a multiple of 128, so that rule fires.
   shapes(1, 300);
-  auto attn = reg.get("blocksparse", parse_config("operators:\n  blocksparse:\n    fallbacks: {decode: false}\n"));
+  auto attn =
+      reg.get("blocksparse", parse_config("operators:\n  blocksparse:\n    fallbacks: {decode: false}\n"));
   auto out = attn(q, k, v);
   EXPECT_EQ(out.decision.op, "vanilla");
   EXPECT_FALSE(out.decision.has(ReasonCode::decode));
@@ -190,6 +191,7 @@ TEST_F(Routing, FlashFallsBackOnlyOnDecode) {
 TEST_F(Routing, ForceNativeEnv) {
   gpu_present = true;
   setenv("ATTNOPS_FORCE_NATIVE", "1", 1);
+  attnops::reload_environment();
   shapes(128, 128);
   auto attn = reg.get("blocksparse");
   expect_only(*bs, Backend::native);
@@ -198,8 +200,34 @@ TEST_F(Routing, ForceNativeEnv) {
   EXPECT_TRUE(out.decision.has(ReasonCode::forced_native));
 }
 
+// The environment is read once per process (attnops/environment.h), not per call: a variable set
+// after the first call takes effect at reload_environment(), not before.
+TEST_F(Routing, EnvironmentIsReadOnceUntilReloaded) {
+  gpu_present = true;
+  shapes(128, 128);
+  auto attn = reg.get("blocksparse");
+  EXPECT_NE(attn(q, k, v).decision.backend, Backend::native);
+  const std::uint64_t g = attnops::environment().generation;
+  setenv("ATTNOPS_FORCE_NATIVE", "1", 1);
+  EXPECT_NE(attn(q, k, v).decision.backend, Backend::native);  // not read again
+  EXPECT_EQ(attnops::environment().generation, g);
+  attnops::reload_environment();
+  EXPECT_GT(attnops::environment().generation, g);
+  EXPECT_EQ(attn(q, k, v).decision.backend, Backend::native);
+  setenv("ATTNOPS_FORCE_NATIVE", "maybe", 1);  // an invalid value: every call is a typed error
+  attnops::reload_environment();
+  try {
+    attn(q, k, v);
+    ADD_FAILURE() << "an invalid ATTNOPS_FORCE_NATIVE ran the call";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("ATTNOPS_FORCE_NATIVE='maybe'"));
+  }
+}
+
 TEST_F(Routing, ForceNativeStillAppliesOperatorFallbacks) {
   setenv("ATTNOPS_FORCE_NATIVE", "1", 1);
+  attnops::reload_environment();
   shapes(1, 128);
   auto attn = reg.get("blocksparse");
   expect_only(*van, Backend::native);
@@ -285,7 +313,8 @@ TEST_F(Routing, CostRuleUsesTheHostsRatesAndOnlyForAuto) {
   gpu_present = true;
   shapes(128, 128);
   EXPECT_CALL(*host, cost_rates(_))
-      .WillRepeatedly(Return(MockHost::Rates{std::pair{CostRates{100, 1, 1, 1, 1000}, std::string("measured")}}));
+      .WillRepeatedly(
+          Return(MockHost::Rates{std::pair{CostRates{100, 1, 1, 1, 1000}, std::string("measured")}}));
   auto out = reg.get("flash_attn2")(q, k, v);
   EXPECT_EQ(out.decision.backend, Backend::cpu);
   ASSERT_TRUE(out.decision.cost.has_value());
@@ -321,7 +350,8 @@ TEST(CostRates, FormatAndParseRoundTrip) {
 
 TEST(CostRates, ReadFromYaml) {
   const Config c = parse_config(
-      "gpu:\n  cost_rates: {cpu_gflops: 50, gpu_gflops: 400, upload_gbps: 12, download_gbps: 11, call_us: 30}\n");
+      "gpu:\n  cost_rates: {cpu_gflops: 50, gpu_gflops: 400, upload_gbps: 12, download_gbps: 11, call_us: "
+      "30}\n");
   ASSERT_TRUE(c.gpu_cost_rates.has_value());
   EXPECT_EQ(*c.gpu_cost_rates, (CostRates{50, 400, 12, 11, 30}));
   const OperationMetadata md = c.metadata_for("flash_attn2", {}, OperationMetadata{});
@@ -412,14 +442,18 @@ TEST_F(Routing, PlanDecidesWithoutRunning) {
 
 TEST_F(Routing, DispatchLogPrintsOneLinePerCall) {
   setenv("ATTNOPS_LOG", "dispatch", 1);
+  attnops::reload_environment();
   shapes(1, 128);
   auto attn = reg.get("blocksparse");
   ::testing::internal::CaptureStderr();
   attn(q, k, v);
   const std::string err = ::testing::internal::GetCapturedStderr();
-  EXPECT_EQ(err, "attnops,dispatch,blocksparse->vanilla,cpu,decode:q_len=1;seq_multiple:q_len=1 is not a multiple of "
-                 "128;backend_unavailable:gpu: no Vulkan device (mock)\n");
+  EXPECT_EQ(
+      err,
+      "attnops,dispatch,blocksparse->vanilla,cpu,decode:q_len=1;seq_multiple:q_len=1 is not a multiple of "
+      "128;backend_unavailable:gpu: no Vulkan device (mock)\n");
   unsetenv("ATTNOPS_LOG");
+  attnops::reload_environment();
   ::testing::internal::CaptureStderr();
   attn(q, k, v);
   EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
@@ -428,11 +462,13 @@ TEST_F(Routing, DispatchLogPrintsOneLinePerCall) {
 TEST_F(Routing, DecisionJsonIsStable) {
   shapes(1, 128);
   auto d = reg.get("blocksparse").plan(q, k, v);
-  EXPECT_EQ(d.to_json(),
-            "{\"requested\": \"blocksparse\", \"operator\": \"vanilla\", \"backend\": \"cpu\", \"reasons\": "
-            "[{\"code\": \"decode\", \"detail\": \"q_len=1\"}, {\"code\": \"seq_multiple\", \"detail\": \"q_len=1 is "
-            "not a multiple of 128\"}, {\"code\": \"backend_unavailable\", \"detail\": \"gpu: no Vulkan device "
-            "(mock)\"}]}");
+  EXPECT_EQ(
+      d.to_json(),
+      "{\"requested\": \"blocksparse\", \"operator\": \"vanilla\", \"backend\": \"cpu\", \"reasons\": "
+      "[{\"code\": \"decode\", \"detail\": \"q_len=1\"}, {\"code\": \"seq_multiple\", \"detail\": \"q_len=1 "
+      "is "
+      "not a multiple of 128\"}, {\"code\": \"backend_unavailable\", \"detail\": \"gpu: no Vulkan device "
+      "(mock)\"}]}");
 }
 
 TEST_F(Routing, UnknownNameListsRegisteredNamesAndSuggests) {
@@ -462,7 +498,9 @@ TEST_F(Routing, UnknownNameIsEscapedInTheMessage) {
 }
 
 TEST_F(Routing, AliasCollisionIsRejected) {
-  EXPECT_THROW(reg.add({"other", {"splash"}, OperationMetadata{},
+  EXPECT_THROW(reg.add({"other",
+                        {"splash"},
+                        OperationMetadata{},
                         [](const OperationMetadata& md) { return std::make_shared<VanillaAttn>(md); }}),
                Error);
 }

@@ -28,12 +28,14 @@ class ScopedCap {
       setenv(kIsaCapEnv, value, 1);
     else
       unsetenv(kIsaCapEnv);
+    attnops::reload_environment();  // the library reads its environment once (attnops/environment.h)
   }
   ~ScopedCap() {
     if (saved_)
       setenv(kIsaCapEnv, saved_->c_str(), 1);
     else
       unsetenv(kIsaCapEnv);
+    attnops::reload_environment();
   }
   ScopedCap(const ScopedCap&) = delete;
   ScopedCap& operator=(const ScopedCap&) = delete;

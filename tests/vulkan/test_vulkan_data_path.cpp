@@ -140,11 +140,13 @@ TEST_F(VulkanDataPath, TimestampsAroundUploadKernelsAndDownload) {
 
 TEST_F(VulkanDataPath, ProfileEnvironmentVariableTimesEveryCall) {
   setenv("ATTNOPS_PROFILE", "1", 1);
+  attnops::reload_environment();
   const Case c = make_case(Spec().shape(1, 16, 16).dim(16), 7);
   Registry r;
   register_builtin_operators(r);
   const AttentionOutput out = r.get("vanilla", gpu_first())(c.q, c.k, c.v, c.options);
   unsetenv("ATTNOPS_PROFILE");
+  attnops::reload_environment();
   EXPECT_EQ(out.decision.backend, Backend::gpu);
   ASSERT_TRUE(out.decision.run.timings.has_value()) << out.decision.to_json();
   EXPECT_NE(out.decision.to_json().find("\"timings\": {"), std::string::npos) << out.decision.to_json();
