@@ -2,6 +2,7 @@
 #include "attnops/problem.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -78,15 +79,20 @@ const void* contiguous(AttentionProblem& p, const TensorView& t, DType dtype, co
 
 // An output of `dims` elements of `dtype` must be allocatable (kMaxTensorBytes), e.g.
 // "out: [B, Tq, Hq, Dv] = [1, 1, 1, 4611686018427387904] of f32 needs more than 2^47 bytes".
-void require_output_size(const char* name, const char* layout, std::vector<std::int64_t> dims, DType dtype,
-                         const std::string& from) {
-  const auto n = checked_numel(dims.data(), dims.size());
+void require_output_size(const char* name, const char* layout, std::array<std::int64_t, 4> dims4,
+                         std::size_t rank, DType dtype, const TensorView& q, const TensorView& k,
+                         const TensorView& v) {
+  const auto n = checked_numel(dims4.data(), rank);
   const auto bytes = n ? checked_mul(*n, static_cast<std::int64_t>(dtype_size(dtype))) : std::nullopt;
-  if (!bytes || *bytes > kMaxTensorBytes)
+  if (!bytes || *bytes > kMaxTensorBytes) {
+    // The message is built only here: a valid call allocates nothing for it (issue 21).
+    const std::vector<std::int64_t> dims(dims4.begin(), dims4.begin() + static_cast<std::ptrdiff_t>(rank));
     fail(ErrorCode::invalid_argument, std::string(name) + ": " + layout + " = " + shape_string(dims) +
                                           " of " + std::string(dtype_name(dtype)) +
-                                          " needs more than the maximum tensor size of 2^47 bytes (" + from +
-                                          ")");
+                                          " needs more than the maximum tensor size of 2^47 bytes (from q " +
+                                          dims_string(q) + ", k " + dims_string(k) + " and v " +
+                                          dims_string(v) + ")");
+  }
 }
 
 // Largest |x| over the finite elements of a float view (non-finite ones follow the non-finite
@@ -160,13 +166,11 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
 
   // Outputs must be allocatable before anything is copied or computed (a view may claim any
   // dimension: with zero strides a huge [.., Dv] costs nothing until the output is allocated).
-  const std::string dims_from =
-      "from q " + dims_string(q) + ", k " + dims_string(k) + " and v " + dims_string(v);
-  require_output_size("out", "[B, Tq, Hq, Dv]", {p.B, p.Tq, p.Hq, p.Dv}, md.runtime_dtype.value_or(q.dtype()),
-                      dims_from);
-  if (o.return_lse) require_output_size("lse", "[B, Hq, Tq]", {p.B, p.Hq, p.Tq}, DType::f32, dims_from);
+  require_output_size("out", "[B, Tq, Hq, Dv]", {p.B, p.Tq, p.Hq, p.Dv}, 4,
+                      md.runtime_dtype.value_or(q.dtype()), q, k, v);
+  if (o.return_lse) require_output_size("lse", "[B, Hq, Tq]", {p.B, p.Hq, p.Tq, 0}, 3, DType::f32, q, k, v);
   if (o.return_weights)
-    require_output_size("weights", "[B, Hq, Tq, Tk]", {p.B, p.Hq, p.Tq, p.Tk}, DType::f32, dims_from);
+    require_output_size("weights", "[B, Hq, Tq, Tk]", {p.B, p.Hq, p.Tq, p.Tk}, 4, DType::f32, q, k, v);
 
   // Storage dtype: the runtime dtype, or q's; k and v must agree unless a runtime dtype is set.
   if (md.runtime_dtype) {
@@ -185,7 +189,8 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
   if (md.runtime_softmax_dtype != DType::f32)
     fail(ErrorCode::unsupported_dtype, "runtime_softmax_dtype: only f32 is supported, got " +
                                            std::string(dtype_name(md.runtime_softmax_dtype)));
-  p.owned.reserve(8);  // pointers into owned tensors stay valid: storage is heap, never moved
+  // (p.owned grows only when an input is converted or copied: pointers into owned tensors stay
+  // valid when it grows, their storage is on the heap and never moves.)
   p.q = normalised(p, q, p.dtype, "q");
   p.k = normalised(p, k, p.dtype, "k");
   p.v = normalised(p, v, p.dtype, "v");

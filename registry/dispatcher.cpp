@@ -28,6 +28,7 @@ RuntimeFlags RuntimeFlags::from_env() {
 
 std::vector<Backend> backend_candidates(const OperationMetadata& md) {
   std::vector<Backend> order;
+  order.reserve(4);  // one allocation: the requested order, then the auto order, without repeats
   auto add = [&](Backend b) {
     if (std::find(order.begin(), order.end(), b) == order.end()) order.push_back(b);
   };
@@ -44,8 +45,8 @@ std::optional<Reason> check_host(const OperationImpl& op, Backend b, const Host&
   const std::string bn(backend_name(b));
   if (std::find(md.disabled_backends.begin(), md.disabled_backends.end(), b) != md.disabled_backends.end())
     return Reason{ReasonCode::disabled_by_config, bn + ": disabled by config (disabled_backends)"};
-  if (Availability a = host.availability(b, md.gpu); !a.available)
-    return Reason{ReasonCode::backend_unavailable, bn + ": " + a.detail};
+  if (!host.is_available(b, md.gpu))
+    return Reason{ReasonCode::backend_unavailable, bn + ": " + host.availability(b, md.gpu).detail};
   return std::nullopt;
 }
 
@@ -223,7 +224,7 @@ Result first_candidate(const OperationImpl& op, const std::vector<Backend>& cand
     try {
       Result out = run(b);
       RunInfo info = std::move(out.decision.run);  // what the backend reported about the run
-      out.decision = d;
+      out.decision = std::move(d);                 // d is not used again: moved, not copied
       out.decision.run = std::move(info);
       log(flags, out.decision);
       return out;

@@ -37,13 +37,21 @@ class SystemHost final : public Host {
 
   Availability availability(Backend backend, const GpuSettings& settings) const override {
     switch (backend) {
-      case Backend::native: return {true, "portable C++"};
-      case Backend::cpu:
-        return {true, "OpenMP + SIMD kernels, ISA tier " + std::string(cpu::isa_name(cpu::choose_isa().tier))};
-      case Backend::gpu: return vulkan::availability(settings);
-      case Backend::tpu: return {false, "no TPU runtime exists on this host (attnops has no PJRT/libtpu backend)"};
+      case Backend::native:
+        return {true, "portable C++"};
+      case Backend::cpu:  // the cached choice: no environment lookup or ISA detection per call
+        return {true, "SIMD kernels, ISA tier " + std::string(cpu::isa_name(cpu::current_isa_choice().tier))};
+      case Backend::gpu:
+        return vulkan::availability(settings);
+      case Backend::tpu:
+        return {false, "no TPU runtime exists on this host (attnops has no PJRT/libtpu backend)"};
     }
     return {false, "unknown backend"};
+  }
+
+  bool is_available(Backend backend, const GpuSettings& settings) const override {
+    if (backend == Backend::native || backend == Backend::cpu) return true;
+    return availability(backend, settings).available;
   }
 
   std::optional<std::pair<CostRates, std::string>> cost_rates(const GpuSettings& settings) const override {
@@ -53,7 +61,9 @@ class SystemHost final : public Host {
 
 }  // namespace
 
-std::optional<std::pair<CostRates, std::string>> Host::cost_rates(const GpuSettings&) const { return std::nullopt; }
+std::optional<std::pair<CostRates, std::string>> Host::cost_rates(const GpuSettings&) const {
+  return std::nullopt;
+}
 
 std::shared_ptr<const Host> system_host() {
   static const std::shared_ptr<const Host> h = std::make_shared<SystemHost>();

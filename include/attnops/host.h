@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attnops/decision.h"
@@ -17,8 +17,8 @@ namespace attnops {
 struct CpuInfo {
   bool avx2 = false, fma = false, f16c = false, avx512f = false, avx512bf16 = false;
   bool amx_tile = false, amx_bf16 = false;
-  int threads = 1;           // OpenMP's default thread count
-  std::string isa_summary;   // e.g. "avx2 fma f16c avx512f avx512bw avx512dq avx512vl avx512bf16"
+  int threads = 1;          // OpenMP's default thread count
+  std::string isa_summary;  // e.g. "avx2 fma f16c avx512f avx512bw avx512dq avx512vl avx512bf16"
   // The ISA tier the cpu backend's kernels run (baseline|avx2|avx512|avx512bf16|amx): the highest
   // this CPU, its OS and the build support (cpu_tier_detected), lowered by ATTNOPS_CPU_ISA.
   std::string cpu_tier, cpu_tier_detected;
@@ -31,9 +31,9 @@ struct GpuDeviceInfo {
   std::string name;
   std::string type;  // "discrete", "integrated", "virtual", "cpu" (software), "other"
   std::string api_version;
-  bool software = false;  // VK_PHYSICAL_DEVICE_TYPE_CPU (lavapipe, llvmpipe)
-  bool qualifies = false; // usable by attnops under the current settings
-  std::string why_not;    // when !qualifies
+  bool software = false;   // VK_PHYSICAL_DEVICE_TYPE_CPU (lavapipe, llvmpipe)
+  bool qualifies = false;  // usable by attnops under the current settings
+  std::string why_not;     // when !qualifies
   std::uint32_t max_shared_memory = 0;
   std::uint32_t max_workgroup_invocations = 0;
   std::uint32_t subgroup_size = 0;
@@ -59,6 +59,12 @@ class Host {
   virtual std::vector<GpuDeviceInfo> gpu_devices(const GpuSettings& settings) const = 0;
   // Whether `backend` can run on this host at all (not whether it supports given inputs).
   virtual Availability availability(Backend backend, const GpuSettings& settings) const = 0;
+  // availability(backend, settings).available, without the detail: the dispatcher asks it on
+  // every call and builds the detail only for a backend that is not available (the real host
+  // answers native and cpu without making a string).
+  virtual bool is_available(Backend backend, const GpuSettings& settings) const {
+    return availability(backend, settings).available;
+  }
   // Rates for auto's cost rule (cost.h) on the gpu `settings` select, and where they came from
   // ("cache FILE", "measured"); nullopt = no rule (the gpu is tried first, as without rates).
   virtual std::optional<std::pair<CostRates, std::string>> cost_rates(const GpuSettings& settings) const;
