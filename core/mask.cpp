@@ -37,9 +37,13 @@ Mask Mask::full() {
 }
 
 Mask Mask::causal() {
-  auto n = std::make_shared<Node>();
-  n->kind = Kind::causal;
-  n->key = "causal";
+  // One node for the process, as full(): nodes are immutable, and a call allocates nothing for it.
+  static const std::shared_ptr<const Node> n = [] {
+    auto x = std::make_shared<Node>();
+    x->kind = Kind::causal;
+    x->key = "causal";
+    return x;
+  }();
   return Mask(n);
 }
 
@@ -57,7 +61,8 @@ Mask Mask::local(std::int64_t left, std::int64_t right) {
 
 Mask Mask::chunked_causal(std::int64_t chunk) {
   if (chunk < 1)
-    throw Error(ErrorCode::invalid_argument, "Mask::chunked_causal: chunk must be >= 1, got " + std::to_string(chunk));
+    throw Error(ErrorCode::invalid_argument,
+                "Mask::chunked_causal: chunk must be >= 1, got " + std::to_string(chunk));
   auto n = std::make_shared<Node>();
   n->kind = Kind::chunked_causal;
   n->chunk = chunk;
@@ -87,11 +92,13 @@ const Mask& head_mask(const std::vector<Mask>& heads, std::int64_t h) {
 }  // namespace
 
 Mask Mask::per_head(std::vector<Mask> heads) {
-  if (heads.empty()) throw Error(ErrorCode::invalid_argument, "Mask::per_head: needs one mask per q head, got none");
+  if (heads.empty())
+    throw Error(ErrorCode::invalid_argument, "Mask::per_head: needs one mask per q head, got none");
   for (const Mask& m : heads)
     require_same_heads("Mask::per_head (a head's own mask is per_head)",
                        static_cast<std::int64_t>(heads.size()), m.num_heads());
-  bool same = std::all_of(heads.begin(), heads.end(), [&](const Mask& m) { return m.key() == heads[0].key(); });
+  bool same =
+      std::all_of(heads.begin(), heads.end(), [&](const Mask& m) { return m.key() == heads[0].key(); });
   if (same) return heads[0];
   auto n = std::make_shared<Node>();
   n->kind = Kind::per_head;
@@ -163,10 +170,18 @@ Mask Mask::at_offset(std::int64_t q_offset, std::int64_t k_offset, std::int64_t 
   return Mask(n);
 }
 
-Mask::Kind Mask::kind() const { return node_->kind; }
-std::int64_t Mask::left() const { return node_->left; }
-std::int64_t Mask::right() const { return node_->right; }
-std::int64_t Mask::chunk() const { return node_->chunk; }
+Mask::Kind Mask::kind() const {
+  return node_->kind;
+}
+std::int64_t Mask::left() const {
+  return node_->left;
+}
+std::int64_t Mask::right() const {
+  return node_->right;
+}
+std::int64_t Mask::chunk() const {
+  return node_->chunk;
+}
 std::int64_t Mask::q_offset() const {
   return node_->q_offset;
 }
@@ -179,18 +194,30 @@ std::int64_t Mask::outer_tq() const {
 std::int64_t Mask::outer_tk() const {
   return node_->outer_tk;
 }
-const std::vector<Mask>& Mask::children() const { return node_->children; }
-bool Mask::head_dependent() const { return node_->head_dependent; }
-std::int64_t Mask::num_heads() const { return node_->num_heads; }
-const std::string& Mask::key() const { return node_->key; }
+const std::vector<Mask>& Mask::children() const {
+  return node_->children;
+}
+bool Mask::head_dependent() const {
+  return node_->head_dependent;
+}
+std::int64_t Mask::num_heads() const {
+  return node_->num_heads;
+}
+const std::string& Mask::key() const {
+  return node_->key;
+}
 
 bool Mask::visible(std::int64_t h, std::int64_t i, std::int64_t j, std::int64_t Tq, std::int64_t Tk) const {
   const std::int64_t p = i + Tk - Tq;
   switch (node_->kind) {
-    case Kind::full: return true;
-    case Kind::causal: return j <= p;
-    case Kind::local: return j >= p - node_->left && j <= p + node_->right;
-    case Kind::chunked_causal: return j <= p && floor_div(j, node_->chunk) == floor_div(p, node_->chunk);
+    case Kind::full:
+      return true;
+    case Kind::causal:
+      return j <= p;
+    case Kind::local:
+      return j >= p - node_->left && j <= p + node_->right;
+    case Kind::chunked_causal:
+      return j <= p && floor_div(j, node_->chunk) == floor_div(p, node_->chunk);
     case Kind::per_head: {
       const auto& c = node_->children;
       return head_mask(c, h).visible(h, i, j, Tq, Tk);
@@ -213,7 +240,8 @@ bool Mask::visible(std::int64_t h, std::int64_t i, std::int64_t j, std::int64_t 
   return false;
 }
 
-std::optional<Interval> Mask::row_interval(std::int64_t h, std::int64_t i, std::int64_t Tq, std::int64_t Tk) const {
+std::optional<Interval> Mask::row_interval(std::int64_t h, std::int64_t i, std::int64_t Tq,
+                                           std::int64_t Tk) const {
   const std::int64_t p = i + Tk - Tq;
   auto clip = [&](std::int64_t lo, std::int64_t hi) {
     lo = std::clamp<std::int64_t>(lo, 0, Tk);
@@ -222,9 +250,12 @@ std::optional<Interval> Mask::row_interval(std::int64_t h, std::int64_t i, std::
     return Interval{lo, hi};
   };
   switch (node_->kind) {
-    case Kind::full: return Interval{0, Tk};
-    case Kind::causal: return clip(0, p + 1);
-    case Kind::local: return clip(p - node_->left, p + node_->right + 1);
+    case Kind::full:
+      return Interval{0, Tk};
+    case Kind::causal:
+      return clip(0, p + 1);
+    case Kind::local:
+      return clip(p - node_->left, p + node_->right + 1);
     case Kind::chunked_causal:
       if (p < 0) return Interval{0, 0};
       return clip(floor_div(p, node_->chunk) * node_->chunk, p + 1);

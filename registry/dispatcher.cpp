@@ -26,14 +26,10 @@ RuntimeFlags RuntimeFlags::from_env() {
   return f;
 }
 
-std::vector<Backend> backend_candidates(const OperationMetadata& md) {
-  std::vector<Backend> order;
-  order.reserve(4);  // one allocation: the requested order, then the auto order, without repeats
-  auto add = [&](Backend b) {
-    if (std::find(order.begin(), order.end(), b) == order.end()) order.push_back(b);
-  };
-  for (Backend b : md.backends) add(b);
-  for (Backend b : {Backend::gpu, Backend::cpu, Backend::native}) add(b);  // the auto order
+BackendList backend_candidates(const OperationMetadata& md) {
+  BackendList order;
+  for (Backend b : md.backends) order.add(b);
+  for (Backend b : {Backend::gpu, Backend::cpu, Backend::native}) order.add(b);  // the auto order
   return order;
 }
 
@@ -165,9 +161,8 @@ std::optional<CostEstimate> gpu_cost(const OperationImpl& op, const CallSize& si
 // later in the order, could run the call instead (`cpu_ok`). Records the estimate in d.cost;
 // the reason cpu_faster when the cpu wins.
 template <class CpuOk, class Size>
-std::optional<Reason> cost_gate(const OperationImpl& op, const std::vector<Backend>& candidates,
-                                const Host& host, bool exempt, DispatchDecision& d, CpuOk&& cpu_ok,
-                                Size&& size) {
+std::optional<Reason> cost_gate(const OperationImpl& op, const BackendList& candidates, const Host& host,
+                                bool exempt, DispatchDecision& d, CpuOk&& cpu_ok, Size&& size) {
   const auto& md = op.metadata();
   if (exempt || std::find(md.backends.begin(), md.backends.end(), Backend::gpu) != md.backends.end())
     return std::nullopt;
@@ -200,15 +195,15 @@ OperationImpl& choose_operator(OperationImpl& requested, OperationImpl& vanilla,
   return *op;
 }
 
-std::vector<Backend> candidates_for(const OperationImpl& op, const RuntimeFlags& flags, DispatchDecision& d) {
+BackendList candidates_for(const OperationImpl& op, const RuntimeFlags& flags, DispatchDecision& d) {
   if (!flags.force_native) return backend_candidates(op.metadata());
   d.reasons.push_back({ReasonCode::forced_native, "ATTNOPS_FORCE_NATIVE is set"});
-  return {Backend::native};
+  return BackendList{Backend::native};
 }
 
 // Step 3's walk and step 4: `check(b)` gates a candidate, `run(b)` runs it (nullptr: plan only).
 template <class Result, class Check, class Run>
-Result first_candidate(const OperationImpl& op, const std::vector<Backend>& candidates, DispatchDecision& d,
+Result first_candidate(const OperationImpl& op, const BackendList& candidates, DispatchDecision& d,
                        const RuntimeFlags& flags, Check&& check, Run&& run, bool execute) {
   for (Backend b : candidates) {
     if (auto r = check(b)) {
@@ -282,8 +277,7 @@ AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const
                       ", which reads host memory only: use the gpu backend or copy the inputs with "
                       "DeviceTensor::to_host()");
   }
-  const std::vector<Backend> candidates =
-      device_inputs ? std::vector<Backend>{Backend::gpu} : candidates_for(op, flags, d);
+  const BackendList candidates = device_inputs ? BackendList{Backend::gpu} : candidates_for(op, flags, d);
 
   // The cost rule (cost_gate) never applies to device-resident inputs.
   const auto check = [&](Backend b) -> std::optional<Reason> {
@@ -317,7 +311,7 @@ AttentionGradients dispatch_backward(OperationImpl& requested, OperationImpl& va
   DispatchDecision d;
   d.pass = Pass::backward;
   OperationImpl& op = choose_operator(requested, vanilla, p.fwd, d);
-  const std::vector<Backend> candidates = candidates_for(op, flags, d);
+  const BackendList candidates = candidates_for(op, flags, d);
   // The same cost rule as the forward's, with the backward's FLOPs and bytes and the same rates
   // (measured on forward kernels: the rule assumes each backend runs its backward at its forward
   // GFLOP/s), so a call the rule sends to the cpu has its backward sent there too.
@@ -353,7 +347,7 @@ AttentionOutput dispatch_paged(OperationImpl& op, const Host& host, const Tensor
 
   // Device-resident inputs: only the gpu reads them; anything else is an error, never a copy.
   const bool device_inputs = p.on_device();
-  std::vector<Backend> candidates;
+  BackendList candidates;
   if (device_inputs) {
     const std::string which = cache.on_device() ? "the cache (k_pages, v_pages)" : "q";
     const auto& md = op.metadata();
@@ -378,7 +372,7 @@ AttentionOutput dispatch_paged(OperationImpl& op, const Host& host, const Tensor
               std::string(reason_code_name(r->code)) + ": " + r->detail +
               "); keep the cache on the host (PagedKVCache::host) for the native and cpu backends");
     }
-    candidates = {Backend::gpu};
+    candidates = BackendList{Backend::gpu};
   } else {
     candidates = candidates_for(op, flags, d);
   }

@@ -18,6 +18,9 @@
 // gates with implements_backward and check_backward_inputs in place of the forward's.
 #pragma once
 
+#include <algorithm>
+#include <array>
+#include <initializer_list>
 #include <optional>
 #include <vector>
 
@@ -28,27 +31,48 @@
 
 namespace attnops {
 
-// Process environment switches, read per call.
+// The environment switches the dispatcher uses (read once per process: attnops/environment.h).
 struct RuntimeFlags {
   bool force_native = false;  // ATTNOPS_FORCE_NATIVE=1
   bool log_dispatch = false;  // ATTNOPS_LOG=dispatch (a comma-separated list may hold more)
   static RuntimeFlags from_env();
 };
 
+// The backends a call tries, in order, each at most once: a fixed array (a call allocates
+// nothing for it; there are four backends).
+class BackendList {
+ public:
+  BackendList() = default;
+  BackendList(std::initializer_list<Backend> bs) {
+    for (Backend b : bs) add(b);
+  }
+  void add(Backend b) {  // appended unless already listed
+    if (std::find(begin(), end(), b) == end() && n_ < items_.size()) items_[n_++] = b;
+  }
+  const Backend* begin() const { return items_.data(); }
+  const Backend* end() const { return items_.data() + n_; }
+  std::size_t size() const { return n_; }
+
+ private:
+  std::array<Backend, 4> items_{};
+  std::size_t n_ = 0;
+};
+
 // The ordered candidates for a metadata's preference (duplicates removed).
-std::vector<Backend> backend_candidates(const OperationMetadata& md);
+BackendList backend_candidates(const OperationMetadata& md);
 
 // Why `op` cannot run problem `p` on backend `b` of `host`, or nullopt.
-std::optional<Reason> check_backend(const OperationImpl& op, Backend b, const AttentionProblem& p, const Host& host);
+std::optional<Reason> check_backend(const OperationImpl& op, Backend b, const AttentionProblem& p,
+                                    const Host& host);
 
 // Why `op` cannot run the backward of problem `p` on backend `b` of `host`, or nullopt.
 std::optional<Reason> check_backward_backend(const OperationImpl& op, Backend b, const BackwardProblem& p,
                                              const Host& host);
 
 // Plans (execute = false: decision only) or runs one call.
-AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const Host& host, const TensorView& q,
-                         const TensorView& k, const TensorView& v, const AttentionOptions& options,
-                         const RuntimeFlags& flags, bool execute);
+AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const Host& host,
+                         const TensorView& q, const TensorView& k, const TensorView& v,
+                         const AttentionOptions& options, const RuntimeFlags& flags, bool execute);
 
 // Why `op` cannot run paged problem `p` on backend `b` of `host`, or nullopt.
 std::optional<Reason> check_paged_backend(const OperationImpl& op, Backend b, const PagedProblem& p,

@@ -3,12 +3,12 @@
 // intercept them themselves). The cpu entry point, into buffers allocated beforehand, allocates
 // nothing once warm (scratch from call_scratch.h, the ISA choice kept per thread, the decision's
 // strings reuse their capacity), on one thread or two. Through the public API the count is fixed
-// (the same call after call and whatever the size) and small: what the caller gets back (the
-// output tensor: shape and storage, 3; the decision: the disabled gpu's reason, the kernel and its
-// detail, 4) and two of the dispatch's own (the mask of the problem, the list of candidate
-// backends). Issue 21 took it from 28: no shape strings built for messages that are not thrown,
-// the decision moved instead of copied, the cpu's availability without a string or an ISA
-// re-detection, the environment read once.
+// (the same call after call and whatever the size) and is only what the caller gets back: the
+// output tensor (its shape and storage, 3) and the decision (the disabled gpu's reason, the
+// kernel, its detail, 4). Issue 21 took it from 28: no shape strings built for messages that are
+// not thrown, the decision moved instead of copied, the candidate backends in a fixed array, the
+// causal mask node shared, the cpu's availability without a string or an ISA re-detection, the
+// environment read once.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -109,8 +109,7 @@ TEST(CallAllocations, PublicDecodeCallCountIsSteady) {
     counts[i] = g_allocations.load() - before;
   }
   EXPECT_EQ(counts[0], counts[1]);
-  EXPECT_LE(counts[0], 9) << "a warm public decode call allocates more than its outputs, its decision and "
-                             "the dispatch's mask and candidate list";
+  EXPECT_LE(counts[0], 7) << "a warm public decode call allocates more than its output and its decision";
   std::printf("public decode call: %ld allocations\n", counts[0]);
 }
 
