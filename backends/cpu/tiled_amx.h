@@ -17,7 +17,6 @@
 #error "tiled_amx.h is for the amx tier"
 #endif
 
-#include <omp.h>
 
 #include <algorithm>
 #include <cstring>
@@ -41,8 +40,8 @@ inline tiled::PackedKv pack_kv(const AttentionProblem& p, int threads) {
   pk.k = tiled::aligned_array<std::uint16_t>(heads * pk.k_rows * Dp);
   pk.vt = tiled::aligned_array<std::uint16_t>(heads * pk.dv16 * pk.ldvt);
   const i64 kblocks = (pk.k_rows + 63) / 64;  // work items: 64 keys of one head
-#pragma omp parallel for schedule(static) num_threads(threads)
-  for (i64 item = 0; item < heads * kblocks; ++item) {
+  // On the work pool (work_pool.h), as the kernel that reads it: each item writes its own rows.
+  auto pack_item = [&](int /*slot*/, i64 item) {
     const i64 head = item / kblocks, b = head / p.Hkv, kh = head % p.Hkv;
     const i64 j_begin = item % kblocks * 64, j_end = std::min(j_begin + 64, pk.k_rows);
     std::uint16_t* kd = pk.k.get() + head * pk.k_rows * Dp;
@@ -66,7 +65,11 @@ inline tiled::PackedKv pack_kv(const AttentionProblem& p, int threads) {
     if (j_end == pk.k_rows)
       for (i64 e = 0; e < pk.dv16; ++e)
         std::fill(vd + e * pk.ldvt + pk.k_rows, vd + (e + 1) * pk.ldvt, std::uint16_t{0});
-  }
+  };
+  run_tasks(
+      threads, heads * kblocks,
+      [](void* ctx, std::int64_t item, int slot) { (*static_cast<decltype(pack_item)*>(ctx))(slot, item); },
+      &pack_item);
   return pk;
 }
 
