@@ -50,6 +50,7 @@ from ._attnops import (  # noqa: E402,F401
     parse_config,
     plan_paged,
     release_gpu,
+    reload_environment,
 )
 from ._registry import Registry, registry  # noqa: E402,F401
 
@@ -70,6 +71,7 @@ __all__ = [
     "merge_states",
     "to_device",
     "release_gpu",
+    "reload_environment",
     "attention",
     "info",
     "load_config",

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "attnops/attnops.h"
+#include "attnops/environment.h"
 #include "bindings.h"
 #include "device.h"
 
@@ -84,6 +85,10 @@ void bind_host_info(py::module_& m) {
       py::arg("backend"), py::arg("device") = "", py::arg("allow_software") = false,
       py::arg("pipeline_cache") = "", "(available, detail) of a backend on this host.");
   m.def("max_worker_threads", &max_worker_threads, "The most worker threads one call uses.");
+  m.def("reload_environment", &reload_environment,
+        "Read ATTNOPS_FORCE_NATIVE, ATTNOPS_LOG, ATTNOPS_PROFILE and ATTNOPS_CPU_ISA again: the library "
+        "reads them once per process, so a change to os.environ after the first call takes effect "
+        "only then.");
 }
 
 }  // namespace attnops::python

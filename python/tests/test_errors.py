@@ -109,3 +109,20 @@ def test_no_output_on_error_and_state_intact():
         op(q, q[:, :, :3], q)
     assert op(q, q, q).out.shape == q.shape
     assert not os.environ.get("ATTNOPS_FORCE_NATIVE")
+
+
+def test_environment_is_read_once_until_reloaded(monkeypatch):
+    # The library reads ATTNOPS_FORCE_NATIVE once per process (issue 21): a change to os.environ
+    # after the first call takes effect at attnops.reload_environment(), not before.
+    q = np.random.default_rng(0).standard_normal((1, 128, 2, 16)).astype(np.float32)
+    cpu_op = attnops.registry().get("flash_attn2", config={"backend": ["cpu"], "disabled_backends": ["gpu"]})
+    assert cpu_op(q, q, q).decision["backend"] == "cpu"
+    monkeypatch.setenv("ATTNOPS_FORCE_NATIVE", "1")
+    try:
+        assert cpu_op(q, q, q).decision["backend"] == "cpu"  # not read again
+        attnops.reload_environment()
+        assert cpu_op(q, q, q).decision["backend"] == "native"
+    finally:
+        monkeypatch.delenv("ATTNOPS_FORCE_NATIVE")
+        attnops.reload_environment()
+    assert cpu_op(q, q, q).decision["backend"] == "cpu"
