@@ -40,6 +40,12 @@ constexpr auto kSpin = std::chrono::microseconds(30);
 // where one scheduler slice is small beside the work, keeps its threads.
 constexpr auto kStallMin = std::chrono::microseconds(500);
 constexpr int kSoloCalls = 128;
+// ... and for at most this long: after a stall in a large call (a long decode takes ~10 ms), 128
+// calls alone would hold a quiet machine's second core back for seconds.
+constexpr auto kSoloTime = std::chrono::milliseconds(50);
+// A call that had to start workers never counts as a stall: a new thread's start and its first,
+// cold task are not a busy machine (measured: the first 12 ms decode of a process waited 1.6 ms
+// for its new worker, and the 128 calls after it ran on one thread).
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -57,6 +63,7 @@ class Pool {
       return;
     }
     std::uint32_t g = 0;
+    bool cold = false;
     {
       std::lock_guard lock(mu_);
       g = ++gen_;
@@ -68,7 +75,7 @@ class Pool {
       done_.store(0, std::memory_order_relaxed);
       next_.store(std::uint64_t{g} << 32, std::memory_order_relaxed);
       published_.store(g, std::memory_order_release);
-      start_workers(threads - 1);
+      cold = start_workers(threads - 1) > 0;
     }
     wake_.notify_all();
 
@@ -82,18 +89,25 @@ class Pool {
         finished_.wait(lock, [&] { return done_.load(std::memory_order_acquire) == tasks; });
       }
       const auto waited = Clock::now() - t0;
-      if (waited > kStallMin && waited * 8 > t0 - start) solo_.store(kSoloCalls, std::memory_order_relaxed);
+      if (!cold && waited > kStallMin && waited * 8 > t0 - start) start_solo();
     }
     busy_.store(false, std::memory_order_release);
   }
 
-  // Counts down the calls left to run alone after a stall (see kStallMin).
+  // Counts down the calls left to run alone after a stall (see kStallMin), until kSoloTime ends.
   bool solo_calls_left() {
     int n = solo_.load(std::memory_order_relaxed);
+    if (n <= 0) return false;
+    if (Clock::now().time_since_epoch().count() >= solo_until_.load(std::memory_order_relaxed)) {
+      solo_.store(0, std::memory_order_relaxed);
+      return false;
+    }
     while (n > 0)
       if (solo_.compare_exchange_weak(n, n - 1, std::memory_order_relaxed)) return true;
     return false;
   }
+
+  int solo_calls() const { return solo_.load(std::memory_order_relaxed); }
 
   int workers() {
     std::lock_guard lock(mu_);
@@ -125,20 +139,30 @@ class Pool {
     }
   }
 
-  // Under mu_. A thread that cannot be started is not an error: the call runs on fewer.
-  void start_workers(int want) {
-    while (workers_ < want) {
-      try {
-        std::thread([this] { worker_loop(); }).detach();
-      } catch (...) {
-        return;
-      }
-      ++workers_;
-    }
+  void start_solo() {
+    solo_until_.store((Clock::now() + kSoloTime).time_since_epoch().count(), std::memory_order_relaxed);
+    solo_.store(kSoloCalls, std::memory_order_relaxed);
   }
 
-  [[noreturn]] void worker_loop() {
-    std::uint32_t seen = published_.load(std::memory_order_acquire);
+  // Under mu_; returns how many were started. A thread that cannot be started is not an error:
+  // the call runs on fewer.
+  int start_workers(int want) {
+    int started = 0;
+    while (workers_ < want) {
+      try {
+        // It starts with the call that starts it unseen, so it joins that call (it used to wait
+        // for the next one: the first call of a process ran on the caller alone).
+        std::thread([this, before = gen_ - 1] { worker_loop(before); }).detach();
+      } catch (...) {
+        break;
+      }
+      ++workers_;
+      ++started;
+    }
+    return started;
+  }
+
+  [[noreturn]] void worker_loop(std::uint32_t seen) {
     for (;;) {
       const auto t0 = Clock::now();
       while (published_.load(std::memory_order_acquire) == seen && Clock::now() - t0 < kSpin) cpu_relax();
@@ -160,7 +184,8 @@ class Pool {
   }
 
   std::atomic<bool> busy_{false};
-  std::atomic<int> solo_{0};  // calls left to run on the caller alone after a stall
+  std::atomic<int> solo_{0};               // calls left to run on the caller alone after a stall
+  std::atomic<Clock::rep> solo_until_{0};  // ... until this time (Clock ticks)
   std::mutex mu_;
   std::condition_variable wake_, finished_;
   std::atomic<std::uint32_t> published_{0};  // == gen_, readable without mu_ (polling)
@@ -190,6 +215,10 @@ void run_tasks(int threads, std::int64_t tasks, TaskFn fn, void* ctx) {
 
 int pool_workers() {
   return pool().workers();
+}
+
+int pool_solo_calls() {
+  return pool().solo_calls();
 }
 
 }  // namespace attnops

@@ -40,4 +40,7 @@ void run_tasks(int threads, std::int64_t tasks, TaskFn fn, void* ctx);
 // Pool workers started so far (tests; they are started on first need and live until exit).
 int pool_workers();
 
+// Calls left that run on the caller alone after a stall (tests; 0 when none is pending).
+int pool_solo_calls();
+
 }  // namespace attnops

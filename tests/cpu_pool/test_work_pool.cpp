@@ -113,5 +113,49 @@ TEST(WorkPool, IdleWorkersSleep) {
   EXPECT_LT(process_cpu_seconds() - t0, 0.03);
 }
 
+// A call whose caller waits milliseconds for a worker's task (a worker descheduled by a busy
+// machine; here the worker's task sleeps 20 ms) sends the next calls to the caller alone, for at
+// most kSoloTime (50 ms); a call that had to start its workers does not count (a new thread's
+// first task is slow for other reasons). The caller's own task waits until a worker holds the
+// other one, so the worker's task is the one the caller waits for.
+struct Stall {
+  std::atomic<bool> worker_in{false};
+};
+void stall_task(void* c, std::int64_t, int slot) {
+  Stall& x = *static_cast<Stall*>(c);
+  if (slot != 0) {
+    x.worker_in = true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    return;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!x.worker_in && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2))
+    std::this_thread::yield();
+}
+
+TEST(WorkPool, AStallSendsCallsToTheCallerAloneForABoundedTimeButAColdStartDoesNot) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));  // whatever an earlier test left ends
+  Count clear(2, 2);
+  run_tasks(2, 2, count_task, &clear);
+  ASSERT_EQ(pool_solo_calls(), 0);
+  const int threads = pool_workers() + 2;  // this call starts a worker: cold, never a stall
+  Stall cold;
+  run_tasks(threads, 2, stall_task, &cold);
+  ASSERT_TRUE(cold.worker_in);
+  EXPECT_EQ(pool_solo_calls(), 0);
+  Stall warm;  // the same call with the workers running: the caller waited ~20 ms for one
+  run_tasks(threads, 2, stall_task, &warm);
+  ASSERT_TRUE(warm.worker_in);
+  EXPECT_GT(pool_solo_calls(), 0);
+  Count alone(8, threads);  // runs on the caller alone: slot 0 only
+  run_tasks(threads, 8, count_task, &alone);
+  expect_each_once(alone);
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));  // past kSoloTime
+  Count after(8, threads);
+  run_tasks(threads, 8, count_task, &after);
+  expect_each_once(after);
+  EXPECT_EQ(pool_solo_calls(), 0);
+}
+
 }  // namespace
 }  // namespace attnops
