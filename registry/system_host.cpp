@@ -50,8 +50,16 @@ class SystemHost final : public Host {
   }
 
   bool is_available(Backend backend, const GpuSettings& settings) const override {
-    if (backend == Backend::native || backend == Backend::cpu) return true;
-    return availability(backend, settings).available;
+    switch (backend) {
+      case Backend::native:
+      case Backend::cpu:
+        return true;
+      case Backend::gpu:
+        return vulkan::available(settings);
+      case Backend::tpu:
+        return false;
+    }
+    return false;
   }
 
   std::optional<std::pair<CostRates, std::string>> cost_rates(const GpuSettings& settings) const override {

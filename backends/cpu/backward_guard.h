@@ -19,8 +19,8 @@
 #include <cstdint>
 
 #include "attnops/tensor.h"
-#include "backends/common/work_pool.h"
 #include "backends/cpu/micro_kernels.h"
+#include "backends/cpu/pool_for.h"
 #include "backends/cpu/simd16.h"
 
 namespace attnops::cpu::ATTNOPS_TIER_NS::guard {
@@ -66,44 +66,27 @@ inline constexpr i64 kFlagRowsPerTask = 64;
 template <class RowBuffer>
 bool flag_nonfinite_rows(const TensorView& t, DType dtype, i64 n, int nt, const RowBuffer& row_buffer,
                          std::uint8_t* flags) {
-  struct Job {
-    const TensorView& t;
-    const RowBuffer& row_buffer;
-    std::uint8_t* flags;
-    i64 n, T, H, rows, esize;
-    DType dtype;
-    std::atomic<bool> any{false};
-  } job{t,
-        row_buffer,
-        flags,
-        n,
-        t.dim(1),
-        t.dim(2),
-        t.dim(0) * t.dim(1) * t.dim(2),
-        static_cast<i64>(dtype_size(dtype)),
-        dtype};
-  const int threads = job.rows * n >= (i64{1} << 18) ? nt : 1;
-  run_tasks(
-      threads, (job.rows + kFlagRowsPerTask - 1) / kFlagRowsPerTask,
-      [](void* ctx, std::int64_t task, int slot) {
-        Job& j = *static_cast<Job*>(ctx);
-        float* row = j.row_buffer(slot);
-        bool any = false;
-        const i64 r1 = std::min(j.rows, (task + 1) * kFlagRowsPerTask);
-        for (i64 r = task * kFlagRowsPerTask; r < r1; ++r) {
-          const i64 b = r / (j.T * j.H), i = (r / j.H) % j.T, h = r % j.H;
-          const char* src = static_cast<const char*>(j.t.data()) +
-                            (b * j.t.stride(0) + i * j.t.stride(1) + h * j.t.stride(2)) * j.esize;
-          simd::convert_row(src, j.dtype, j.n, row);
-          float acc = 0.f;
-          for (i64 e = 0; e < j.n; ++e) acc += row[e] * 0.f;
-          j.flags[r] = acc == 0.f ? 0 : 1;
-          any = any || j.flags[r] != 0;
-        }
-        if (any) j.any.store(true, std::memory_order_relaxed);
-      },
-      &job);
-  return job.any.load(std::memory_order_relaxed);  // run_tasks returned: every task's store is visible
+  const i64 T = t.dim(1), H = t.dim(2), rows = t.dim(0) * T * H;
+  const auto esize = static_cast<i64>(dtype_size(dtype));
+  std::atomic<bool> any{false};
+  auto flag_rows = [&](int slot, i64 task) {
+    float* row = row_buffer(slot);
+    bool found = false;
+    const i64 r1 = std::min(rows, (task + 1) * kFlagRowsPerTask);
+    for (i64 r = task * kFlagRowsPerTask; r < r1; ++r) {
+      const i64 b = r / (T * H), i = (r / H) % T, h = r % H;
+      const char* src =
+          static_cast<const char*>(t.data()) + (b * t.stride(0) + i * t.stride(1) + h * t.stride(2)) * esize;
+      simd::convert_row(src, dtype, n, row);
+      float acc = 0.f;
+      for (i64 e = 0; e < n; ++e) acc += row[e] * 0.f;
+      flags[r] = acc == 0.f ? 0 : 1;
+      found = found || flags[r] != 0;
+    }
+    if (found) any.store(true, std::memory_order_relaxed);
+  };
+  pool_for(rows * n >= (i64{1} << 18) ? nt : 1, (rows + kFlagRowsPerTask - 1) / kFlagRowsPerTask, flag_rows);
+  return any.load(std::memory_order_relaxed);  // pool_for returned: every task's store is visible
 }
 
 }  // namespace attnops::cpu::ATTNOPS_TIER_NS::guard

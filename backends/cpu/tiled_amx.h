@@ -17,7 +17,6 @@
 #error "tiled_amx.h is for the amx tier"
 #endif
 
-
 #include <algorithm>
 #include <cstring>
 
@@ -66,10 +65,7 @@ inline tiled::PackedKv pack_kv(const AttentionProblem& p, int threads) {
       for (i64 e = 0; e < pk.dv16; ++e)
         std::fill(vd + e * pk.ldvt + pk.k_rows, vd + (e + 1) * pk.ldvt, std::uint16_t{0});
   };
-  run_tasks(
-      threads, heads * kblocks,
-      [](void* ctx, std::int64_t item, int slot) { (*static_cast<decltype(pack_item)*>(ctx))(slot, item); },
-      &pack_item);
+  pool_for(threads, heads * kblocks, pack_item);
   return pk;
 }
 

@@ -43,10 +43,10 @@
 #include "attnops/backward.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/common/threads.h"
-#include "backends/common/work_pool.h"
 #include "backends/cpu/aligned.h"
 #include "backends/cpu/backward_guard.h"
 #include "backends/cpu/micro_kernels.h"
+#include "backends/cpu/pool_for.h"
 #include "backends/cpu/simd16.h"
 #include "backends/cpu/tier_entry.h"
 
@@ -61,17 +61,6 @@ using micro::acc_panel;
 using micro::kMaxNC;
 using micro::kMaxR;
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-// fn(slot, task) for every task < n on the work pool (backends/common/work_pool.h: the caller
-// takes tasks too, one at a time, and never waits for a worker that has not started one), on at
-// most nt threads; slot < nt indexes the per-thread scratch. Every task writes its own rows of
-// the gradients, so which thread runs it does not change the result. fn must not throw (the
-// scratch is allocated before).
-template <class Fn>
-void pool_for(int nt, i64 n, Fn& fn) {
-  run_tasks(
-      nt, n, [](void* ctx, std::int64_t task, int slot) { (*static_cast<Fn*>(ctx))(slot, task); }, &fn);
-}
 
 i64 round_up(i64 x, i64 m) {
   return (x + m - 1) / m * m;

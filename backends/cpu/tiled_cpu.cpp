@@ -33,8 +33,8 @@
 #include "backends/common/block_map_impl.h"
 #include "backends/common/softmax_policy.h"
 #include "backends/common/threads.h"
-#include "backends/common/work_pool.h"
 #include "backends/cpu/micro_kernels.h"
+#include "backends/cpu/pool_for.h"
 #include "backends/cpu/simd16.h"
 #include "backends/cpu/tier_entry.h"
 #include "backends/cpu/tiled_common.h"
@@ -355,33 +355,25 @@ void run_all(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& b
 #if ATTNOPS_TIER_LEVEL >= 4
   if constexpr (P == Path::amx) x.packed = amx::pack_kv(p, nt);  // K and V^T tiles, once per call
 #endif
-  // Scratch for every thread, allocated before the parallel region (an allocation failure
-  // throws here, not inside OpenMP).
+  // Scratch for every thread, allocated before the tasks run (an allocation failure throws
+  // here, not inside a pool task, which must not throw).
   std::vector<tiled::Scratch> scratch;
   scratch.reserve(static_cast<std::size_t>(nt));
   for (int t = 0; t < nt; ++t) scratch.emplace_back(x, P);
 
   // Tasks handed out one at a time, largest first, to whichever threads run (work_pool.h): each
   // computes its query block alone, so the result does not depend on which thread took it.
-  struct Ctx {
-    tiled::Ctx& x;
-    tiled::Scratch* scratch;
-    const Task* tasks;
-  } ctx{x, scratch.data(), tasks.data()};
-  run_tasks(
-      nt, static_cast<i64>(tasks.size()),
-      [](void* c, std::int64_t i, int slot) {
-        Ctx& y = *static_cast<Ctx*>(c);
-        const Task& task = y.tasks[i];
+  auto task_body = [&](int slot, i64 i) {
+    const Task& task = tasks[static_cast<std::size_t>(i)];
 #if ATTNOPS_TIER_LEVEL >= 4
-        if constexpr (P == Path::amx) amx::configure_tiles();  // tile state is per thread
+    if constexpr (P == Path::amx) amx::configure_tiles();  // tile state is per thread
 #endif
-        run_task<P>(y.x, y.scratch[slot], task.b, task.h, task.qb);
+    run_task<P>(x, scratch[static_cast<std::size_t>(slot)], task.b, task.h, task.qb);
 #if ATTNOPS_TIER_LEVEL >= 4
-        if constexpr (P == Path::amx) amx::release_tiles();
+    if constexpr (P == Path::amx) amx::release_tiles();
 #endif
-      },
-      &ctx);
+  };
+  pool_for(nt, static_cast<i64>(tasks.size()), task_body);
 }
 
 }  // namespace

@@ -54,6 +54,11 @@ Availability availability(const GpuSettings& settings) {
                     pd->info.type + ", Vulkan " + pd->info.api_version + ")"};
 }
 
+bool available(const GpuSettings& settings) {
+  std::string why;  // written only when no device qualifies
+  return selected_device(settings, &why) != nullptr;
+}
+
 std::optional<Reason> check_inputs(Kernel kernel, const AttentionProblem& p, const GpuSettings& settings) {
   std::string why;
   const rt::PhysicalDevice* pd = selected_device(settings, &why);

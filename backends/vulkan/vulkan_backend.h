@@ -23,6 +23,8 @@ bool compiled_in();
 std::vector<GpuDeviceInfo> list_devices(const GpuSettings& settings);
 // Whether some device qualifies (the one that would be used is named in detail).
 Availability availability(const GpuSettings& settings);
+// availability(settings).available without building the detail (the dispatcher asks per call).
+bool available(const GpuSettings& settings);
 // Whether the selected device can run this problem (size limits, head_dim, dtype).
 std::optional<Reason> check_inputs(Kernel kernel, const AttentionProblem& p, const GpuSettings& settings);
 // Runs one call. Inputs may be host or device views (TensorView::on_device()); when q is on the

@@ -21,6 +21,9 @@ std::vector<GpuDeviceInfo> list_devices(const GpuSettings&) {
 Availability availability(const GpuSettings&) {
   return {false, kWhy};
 }
+bool available(const GpuSettings&) {
+  return false;
+}
 std::optional<Reason> check_inputs(Kernel, const AttentionProblem&, const GpuSettings&) {
   return Reason{ReasonCode::backend_unavailable, kWhy};
 }
