@@ -202,6 +202,7 @@ void BM_Prefill(benchmark::State& state, attnops::Backend backend) {
 BENCHMARK(BM_Bandwidth)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(0.5);
 BENCHMARK_CAPTURE(BM_Decode, f32, DType::f32)->Apply(decode_args);
 BENCHMARK_CAPTURE(BM_Decode, bf16, DType::bf16)->Apply(decode_args);
+BENCHMARK_CAPTURE(BM_Decode, f16, DType::f16)->Apply(decode_args);
 BENCHMARK_CAPTURE(BM_Prefill, cpu, attnops::Backend::cpu)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Prefill, native, attnops::Backend::native)
     ->UseRealTime()

@@ -77,7 +77,7 @@ struct Carve {
   }
 };
 
-template <DType DT>
+template <DType DT, i64 kD>
 void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
   const AttentionProblem& p = job.p;
   const i64 G = job.G, R = job.R, Tq = p.Tq, Tk = p.Tk, D = p.D, Dv = p.Dv, Hkv = p.Hkv;
@@ -125,8 +125,8 @@ void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
     for (i64 jj = 0; jj < n; ++jj, krow += ldk, vrow += ldv) {
       for (i64 hk = 0; hk < Hkv; ++hk) {
         if (!w.head_active[hk]) continue;
-        vanilla::dot_key<DT>(w.Qs + hk * R * D, D, R, krow + hk * p.k.stride(2) * es, D,
-                             w.S + hk * R * kBlock + jj, kBlock);
+        vanilla::dot_key<DT, kD>(w.Qs + hk * R * D, D, R, krow + hk * p.k.stride(2) * es, D,
+                                 w.S + hk * R * kBlock + jj, kBlock);
         // This block's V rows, in address order, while the keys are scored: step 3 below then
         // reads them head by head from cache.
         vanilla::prefetch_bytes(vrow + hk * p.v.stride(2) * es, Dv * es);
@@ -152,6 +152,21 @@ void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
         vanilla::pv_block<DT>(w.S + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2) * es, p.v.stride(1),
                               n, Dv, acc + hk * R * Dv, Dv);
     }
+  }
+}
+
+// The common head dims as compile-time constants: the dot product of one key and row is then
+// straight-line code (at D = 128 and one row per kv head, the loop and call overheads around the
+// 8 multiply-adds took longer than the multiply-adds).
+template <DType DT>
+void run_for_head_dim(DecodeJob& job, DecodeScratch& w, i64 t) {
+  switch (job.p.D) {
+    case 64:
+      return run_task<DT, 64>(job, w, t);
+    case 128:
+      return run_task<DT, 128>(job, w, t);
+    default:
+      return run_task<DT, 0>(job, w, t);
   }
 }
 
@@ -246,13 +261,13 @@ const char* vanilla_decode_forward(const AttentionProblem& p, AttentionBuffers& 
         DecodeScratch& w = x.scratch[slot];
         switch (q.dtype) {
           case DType::f16:
-            run_task<DType::f16>(x.job, w, t);
+            run_for_head_dim<DType::f16>(x.job, w, t);
             break;
           case DType::bf16:
-            run_task<DType::bf16>(x.job, w, t);
+            run_for_head_dim<DType::bf16>(x.job, w, t);
             break;
           default:
-            run_task<DType::f32>(x.job, w, t);
+            run_for_head_dim<DType::f32>(x.job, w, t);
             break;
         }
         const i64 b = t / x.job.nsplit;

@@ -112,8 +112,9 @@ inline constexpr i64 kElemBytes = DT == DType::f32 ? 4 : 2;
 
 // dot_key for RR (1..kDecodeRows) rows: each 16-element chunk of k is loaded and widened once
 // and feeds the RR rows' accumulators.
-template <DType DT, int RR>
-inline void dot_tile(const float* Q, i64 ldq, const void* k, i64 D, float* s, i64 lds) {
+template <DType DT, int RR, i64 kD = 0>
+inline void dot_tile(const float* Q, i64 ldq, const void* k, i64 D_, float* s, i64 lds) {
+  const i64 D = kD ? kD : D_;  // a compile-time head dim unrolls the loops below
   V16 a[RR][kDotAcc];
   for (int r = 0; r < RR; ++r)
     for (int u = 0; u < kDotAcc; ++u) a[r][u] = simd::zero();
@@ -139,24 +140,26 @@ inline void dot_tile(const float* Q, i64 ldq, const void* k, i64 D, float* s, i6
 // s[r * lds] = dot(Q[r * ldq .. + D], k[0 .. D]) for r < R: one key (dtype DT, widened in
 // registers) against the R fp32 query rows of its GQA group, so each key is read from memory
 // once for all of them.
-template <DType DT>
-inline void dot_key(const float* Q, i64 ldq, i64 R, const void* k, i64 D, float* s, i64 lds) {
+template <DType DT, i64 kD = 0>
+inline void dot_key(const float* Q, i64 ldq, i64 R, const void* k, i64 D_, float* s, i64 lds) {
+  const i64 D = kD ? kD : D_;
   prefetch_bytes(static_cast<const char*>(k) + kPrefetchAheadBytes, D * kElemBytes<DT>);
+  if (kD && R == 1) return dot_tile<DT, 1, kD>(Q, ldq, k, D, s, lds);
   for (i64 r0 = 0; r0 < R; r0 += kDecodeRows) {
     const float* q = Q + r0 * ldq;
     float* o = s + r0 * lds;
     switch (R - r0 >= kDecodeRows ? kDecodeRows : R - r0) {
       case 4:
-        if constexpr (kDecodeRows >= 4) dot_tile<DT, 4>(q, ldq, k, D, o, lds);
+        if constexpr (kDecodeRows >= 4) dot_tile<DT, 4, kD>(q, ldq, k, D, o, lds);
         break;
       case 3:
-        if constexpr (kDecodeRows >= 3) dot_tile<DT, 3>(q, ldq, k, D, o, lds);
+        if constexpr (kDecodeRows >= 3) dot_tile<DT, 3, kD>(q, ldq, k, D, o, lds);
         break;
       case 2:
-        dot_tile<DT, 2>(q, ldq, k, D, o, lds);
+        dot_tile<DT, 2, kD>(q, ldq, k, D, o, lds);
         break;
       default:
-        dot_tile<DT, 1>(q, ldq, k, D, o, lds);
+        dot_tile<DT, 1, kD>(q, ldq, k, D, o, lds);
         break;
     }
   }
