@@ -9,6 +9,7 @@
 // the caller. The caller claims tasks the same way, then waits only for tasks already claimed.
 #include "backends/common/work_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -31,13 +32,17 @@ using Clock = std::chrono::steady_clock;
 // at most this much CPU per worker after its last call.
 constexpr auto kSpin = std::chrono::microseconds(30);
 
-// A stalled call: the caller ran out of tasks and then waited more than kStallMin, and more than a
-// quarter of its own working time, for a task a worker had claimed: the worker was descheduled in
-// the middle of it (a busy machine). The next kSoloCalls calls then run on the caller alone (the
-// results do not change: no kernel's result depends on which or how many threads run its tasks),
-// and the one after probes the workers again. A quiet machine never waits that long (a task takes
-// well under a millisecond on the small calls where a stall would matter), and a large call,
-// where one scheduler slice is small beside the work, keeps its threads.
+// A stalled call: the caller ran out of tasks and then waited more than kStallMin, more than an
+// eighth of its own working time, and more than twice the longest task it ran itself, for a task
+// a worker had claimed: the worker was descheduled in the middle of it (a busy machine). The last
+// condition keeps a quiet machine's calls with long tasks out: there the caller waits for at most
+// about one task (a worker's last task started before the caller ran out); a 32K-key decode's
+// eight ~1 ms tasks made it wait over kStallMin often enough to run its next calls on one thread
+// (measured: bf16 decode median 8.0 -> 7.2 ms with this condition, 2 threads, Zen 5). The next kSoloCalls
+// calls then run on the caller alone (the results do not change: no kernel's result depends on which or how
+// many threads run its tasks), and the one after probes the workers again. A quiet machine never waits that
+// long (a task takes well under a millisecond on the small calls where a stall would matter), and a large
+// call, where one scheduler slice is small beside the work, keeps its threads.
 constexpr auto kStallMin = std::chrono::microseconds(500);
 constexpr int kSoloCalls = 128;
 // ... and for at most this long: after a stall in a large call (a long decode takes ~10 ms), 128
@@ -80,7 +85,7 @@ class Pool {
     wake_.notify_all();
 
     const auto start = Clock::now();
-    work(g, tasks, fn, ctx, 0);
+    const Clock::duration longest = work(g, tasks, fn, ctx, 0);
     if (done_.load(std::memory_order_acquire) != tasks) {
       const auto t0 = Clock::now();
       while (done_.load(std::memory_order_acquire) != tasks && Clock::now() - t0 < kSpin) cpu_relax();
@@ -89,7 +94,7 @@ class Pool {
         finished_.wait(lock, [&] { return done_.load(std::memory_order_acquire) == tasks; });
       }
       const auto waited = Clock::now() - t0;
-      if (!cold && waited > kStallMin && waited * 8 > t0 - start) start_solo();
+      if (!cold && waited > kStallMin && waited * 8 > t0 - start && waited > 2 * longest) start_solo();
     }
     busy_.store(false, std::memory_order_release);
   }
@@ -127,16 +132,26 @@ class Pool {
     }
   }
 
-  void work(std::uint32_t g, std::int64_t tasks, TaskFn fn, void* ctx, int slot) {
+  // Runs tasks of generation g until none is left; the caller (slot 0) also returns the longest
+  // time one of its tasks took (a worker returns 0, unmeasured).
+  Clock::duration work(std::uint32_t g, std::int64_t tasks, TaskFn fn, void* ctx, int slot) {
     std::int64_t task = 0;
+    Clock::duration longest{0};
     while (claim(g, tasks, task)) {
-      fn(ctx, task, slot);
+      if (slot == 0) {
+        const auto t0 = Clock::now();
+        fn(ctx, task, slot);
+        longest = std::max(longest, Clock::now() - t0);
+      } else {
+        fn(ctx, task, slot);
+      }
       // Release: the task's outputs are visible to whoever sees the count (the caller).
       if (done_.fetch_add(1, std::memory_order_acq_rel) + 1 == tasks && slot != 0) {
         std::lock_guard lock(mu_);  // the caller checks the count under mu_ before it sleeps
         finished_.notify_all();
       }
     }
+    return longest;
   }
 
   void start_solo() {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <time.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -155,6 +156,41 @@ TEST(WorkPool, AStallSendsCallsToTheCallerAloneForABoundedTimeButAColdStartDoesN
   run_tasks(threads, 8, count_task, &after);
   expect_each_once(after);
   EXPECT_EQ(pool_solo_calls(), 0);
+}
+
+// The caller's task runs 10 ms after the worker's has started, the worker's 12 ms: the caller
+// waits ~2 ms for it, more than kStallMin and an eighth of its working time, but a quiet machine
+// with long tasks waits that long (a 32K-key decode's tasks take ~1 ms each): no stall, because
+// the wait is under twice the caller's own task.
+struct LongTasks {
+  std::atomic<bool> worker_in{false};
+};
+void long_task(void* c, std::int64_t, int slot) {
+  LongTasks& x = *static_cast<LongTasks*>(c);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (slot != 0) {
+    x.worker_in = true;
+    while (std::chrono::steady_clock::now() - t0 < std::chrono::milliseconds(12)) std::this_thread::yield();
+    return;
+  }
+  while (!x.worker_in && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(2))
+    std::this_thread::yield();
+  const auto t1 = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - t1 < std::chrono::milliseconds(10)) std::this_thread::yield();
+}
+
+TEST(WorkPool, WaitingForATaskAsLongAsTheCallersOwnIsNoStall) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));  // whatever an earlier test left ends
+  // Two threads: one worker slot, so the caller runs one of the two tasks (with more, two workers
+  // could take both and the caller would wait with no task of its own: a stall by the rule).
+  Count warmup(2, 2);
+  run_tasks(2, 2, count_task, &warmup);  // starts the worker if none runs yet
+  for (int i = 0; i < 3; ++i) {
+    LongTasks x;
+    run_tasks(2, 2, long_task, &x);
+    ASSERT_TRUE(x.worker_in);
+    EXPECT_EQ(pool_solo_calls(), 0) << "call " << i;
+  }
 }
 
 }  // namespace
