@@ -438,8 +438,11 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
   const bool forced = force.variant.has_value();
   if (forced) s.not_taken.push_back(std::string("forced ") + variant_name(*force.variant));
 
-  // Vanilla keeps its own GEMM path when the weights are asked for, or when the scores fit and
-  // the problem is not a decode; otherwise it computes the same function with the flash kernels.
+  // Vanilla keeps its own GEMM path when the weights are asked for (only it writes them), or
+  // when it is forced and its scores fit; otherwise it computes the same function with the flash
+  // kernels, which never materialise the scores [B, Hq, Tq, Tk] f32 (review 2.8: 1 GiB and three
+  // passes over it for H16 T4096; on lavapipe the flash kernels ran vanilla prefill 7-9x faster,
+  // B1 H8 T256-1024 D64).
   const bool decode = p.Tq <= kDecodeMaxTq;
   if (p.vanilla && (p.want_weights || !forced || *force.variant == Variant::vanilla_gemm)) {
     if (const std::string* why = disabled_why(Variant::vanilla_gemm)) {
@@ -449,14 +452,16 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
         s.exhausted = true;
         return s;
       }
-    } else if (p.want_weights || (p.scores_fit && !decode) || (forced && p.scores_fit)) {
+    } else if (p.want_weights || (forced && p.scores_fit)) {
       s.variant = Variant::vanilla_gemm;
       return s;
     } else {
       pass(Variant::vanilla_gemm,
            !p.scores_fit ? "the scores [B, Hq, Tq, Tk] f32 exceed the buffer range (no weights asked)"
-                         : "decode-shaped (Tq=" + std::to_string(p.Tq) + " <= " +
-                               std::to_string(kDecodeMaxTq) + ", no weights asked): split-KV flash instead");
+           : decode ? "decode-shaped (Tq=" + std::to_string(p.Tq) + " <= " + std::to_string(kDecodeMaxTq) +
+                          ", no weights asked): split-KV flash instead"
+                    : std::string("no weights asked: the flash kernels compute the same function without "
+                                  "materialising the scores"));
     }
   }
 

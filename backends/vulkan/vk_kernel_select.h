@@ -10,8 +10,8 @@
 //                     the problem has too few workgroups for the device (decode)
 //   flash_rowwise     one invocation per query row (flash.comp): the fallback
 //   vanilla_gemm      vanilla's own path: tiled GEMM Q K^T, a row softmax (= the weights), tiled
-//                     GEMM P V; vanilla without weights on a decode-shaped problem, or whose
-//                     scores do not fit a buffer, runs the flash variants instead
+//                     GEMM P V, for vanilla with weights (or forced); vanilla without weights
+//                     runs the flash variants (the same function, no scores in memory)
 #pragma once
 
 #include <cstdint>

@@ -54,8 +54,9 @@ TEST_F(VulkanDataPath, SteadyStateCreatesNoVulkanObjects) {
   // Every kernel variant lavapipe runs, each in its own shape class: flash_subgroup (CPU and
   // GPU tile shapes), split-KV + attn_merge, vanilla_gemm's three passes, flash_rowwise.
   vulkan::KernelOverride gpu_shape = vulkan::parse_tiles("ds=2,rpt=2,ku=8,rows=16");
-  vulkan::KernelOverride rowwise;
+  vulkan::KernelOverride rowwise, gemm;
   rowwise.variant = vulkan::Variant::flash_rowwise;
+  gemm.variant = vulkan::Variant::vanilla_gemm;  // without weights vanilla runs the flash kernels
   const auto forced = [](const vulkan::KernelOverride& o, Kernel k, const Case& c) {
     debug::set_kernel_override(o);
     const RunInfo r = run_checked(k, c);
@@ -65,7 +66,7 @@ TEST_F(VulkanDataPath, SteadyStateCreatesNoVulkanObjects) {
   int calls = 0;
   const auto round = [&] {
     EXPECT_EQ(run_checked(Kernel::flash, flash).kernel, "flash_subgroup");
-    EXPECT_EQ(run_checked(Kernel::vanilla, vanilla).kernel, "vanilla_gemm");
+    EXPECT_EQ(forced(gemm, Kernel::vanilla, vanilla).kernel, "vanilla_gemm");
     run_checked(Kernel::blocksparse, f16, /*profile=*/true);
     EXPECT_EQ(run_checked(Kernel::vanilla, decode, /*profile=*/true).kernel, "flash_subgroup+split_kv");
     EXPECT_EQ(forced(gpu_shape, Kernel::flash, flash).kernel, "flash_subgroup");

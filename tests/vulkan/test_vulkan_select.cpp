@@ -174,12 +174,23 @@ TEST(VulkanSelect, DecodePacksTheGqaHeadsAndSplitsTheKeys) {
   EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, per_head).subgroup.head_rows, 1u);
 }
 
-TEST(VulkanSelect, VanillaKeepsItsGemmPathUnlessDecodeOrTooLarge) {
+TEST(VulkanSelect, VanillaTakesItsGemmPathOnlyForTheWeights) {
   ProblemShape p = prefill(DType::f32, 64, 512, 8, 8);
   p.vanilla = true;
-  EXPECT_EQ(vulkan::select_kernel(lavapipe(), kDebian12, p).variant, Variant::vanilla_gemm);
-  p.scores_fit = false;  // no weights asked: the flash kernels compute the same function
+  // No weights asked: the flash kernels compute the same function without the scores in memory.
   Selection s = vulkan::select_kernel(lavapipe(), kDebian12, p);
+  EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
+  EXPECT_TRUE(mentions(s, "vanilla_gemm: no weights asked")) << s.detail();
+  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, p).variant, Variant::flash_subgroup);
+  p.want_weights = true;
+  EXPECT_EQ(vulkan::select_kernel(lavapipe(), kDebian12, p).variant, Variant::vanilla_gemm);
+  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, p).variant, Variant::vanilla_gemm);
+  p.want_weights = false;
+  KernelOverride gemm;  // forced, it still runs (the kernel tests use this)
+  gemm.variant = Variant::vanilla_gemm;
+  EXPECT_EQ(vulkan::select_kernel(lavapipe(), kDebian12, p, gemm).variant, Variant::vanilla_gemm);
+  p.scores_fit = false;
+  s = vulkan::select_kernel(lavapipe(), kDebian12, p);
   EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
   EXPECT_TRUE(mentions(s, "vanilla_gemm: the scores")) << s.detail();
   ProblemShape d = decode(DType::f16, 4096, 16, 4);
