@@ -24,11 +24,10 @@ CallThreads call_threads(const AttentionProblem& p, bool decode, bool small_call
   const double fit = std::max(1.0, work / per_thread);
   if (fit >= c.requested) return c;
   c.threads = static_cast<int>(fit);
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "threads %d of %d: small call (%.2f %s, %.0f %s per thread at least)",
-                c.threads, c.requested, work / (decode ? 1048576.0 : 1e6), decode ? "MiB of K/V" : "MFLOP",
+  std::snprintf(c.detail, sizeof c.detail,
+                "threads %d of %d: small call (%.2f %s, %.0f %s per thread at least)", c.threads, c.requested,
+                work / (decode ? 1048576.0 : 1e6), decode ? "MiB of K/V" : "MFLOP",
                 per_thread / (decode ? 1048576.0 : 1e6), decode ? "MiB" : "MFLOP");
-  c.detail = buf;
   return c;
 }
 

@@ -58,7 +58,7 @@ void record(RunInfo& run, const IsaChoice& c, const char* path) {
 }
 void record(AttentionBuffers& buffers, const IsaChoice& c, const char* path, const CallThreads& t) {
   record(buffers.run, c, path);
-  if (!t.detail.empty()) buffers.run.kernel_detail.append("; ").append(t.detail);
+  if (t.has_detail()) buffers.run.kernel_detail.append("; ").append(t.detail);
 }
 
 // Runs a tier's kernel: the kernels allocate their scratch before any parallel region and throw

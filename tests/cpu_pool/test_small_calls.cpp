@@ -69,7 +69,7 @@ void expect_bitwise_repeatable(const char* op, const Inputs& in, int threads) {
 }
 
 TEST(SmallCalls, EachThreadCountIsBitwiseRepeatable) {
-  const Inputs decode = inputs(1, 4500, 8, 2, 64);    // 4.4 MiB: split kv, merged by the last split's thread
+  const Inputs decode = inputs(1, 9000, 8, 2, 64);    // 8.8 MiB: split kv, merged by the last split's thread
   const Inputs prefill = inputs(256, 256, 4, 2, 64);  // tiled
   const Inputs ragged = inputs(200, 200, 4, 2, 64);   // vanilla general (Tq % 128 != 0)
   for (int threads : {2, 3}) {
