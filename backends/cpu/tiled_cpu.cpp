@@ -39,6 +39,7 @@
 #include "backends/cpu/simd16.h"
 #include "backends/cpu/tier_entry.h"
 #include "backends/cpu/tiled_common.h"
+#include "backends/cpu/vanilla_simd.h"  // prefetch_bytes
 #if ATTNOPS_TIER_LEVEL >= 3
 #include "backends/cpu/tiled_bf16.h"
 #endif
@@ -63,15 +64,11 @@ inline Mask16 bits16(const std::uint64_t* col, i64 l0) {
   return static_cast<Mask16>(col[l0 >> 6] >> (l0 & 63));
 }
 
-// One kv tile's K and V in the layout of path P.
 // Rows of K / V asked for ahead of their conversion (tile_operands): about 16 rows' worth of
 // conversion work covers a DRAM access.
 constexpr i64 kPrefetchRows = 16;
-inline void prefetch_row(const void* p, i64 bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (i64 o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
-}
 
+// One kv tile's K and V in the layout of path P.
 template <Path P>
 tiled::TileOperands tile_operands(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 kh, i64 j0, i64 nc) {
   const AttentionProblem& p = x.p;
@@ -92,8 +89,8 @@ tiled::TileOperands tile_operands(const tiled::Ctx& x, tiled::Scratch& s, i64 b,
       const i64 es = static_cast<i64>(dtype_size(p.dtype));
       for (i64 c = 0; c < nc; ++c) {
         if (j0 + c + kPrefetchRows < p.Tk) {
-          prefetch_row(at(p.k, b, j0 + c + kPrefetchRows, kh), p.D * es);
-          prefetch_row(at(p.v, b, j0 + c + kPrefetchRows, kh), p.Dv * es);
+          vanilla::prefetch_bytes(at(p.k, b, j0 + c + kPrefetchRows, kh), p.D * es);
+          vanilla::prefetch_bytes(at(p.v, b, j0 + c + kPrefetchRows, kh), p.Dv * es);
         }
         simd::convert_row(at(p.k, b, j0 + c, kh), p.dtype, p.D, s.kpack_f.get() + c * p.D);
         simd::convert_row(at(p.v, b, j0 + c, kh), p.dtype, p.Dv, s.vpack_f.get() + c * p.Dv);
