@@ -34,15 +34,14 @@ constexpr auto kSpin = std::chrono::microseconds(30);
 
 // A stalled call: the caller ran out of tasks and then waited more than kStallMin, more than an
 // eighth of its own working time, and more than twice the longest task it ran itself, for a task
-// a worker had claimed: the worker was descheduled in the middle of it (a busy machine). The last
-// condition keeps a quiet machine's calls with long tasks out: there the caller waits for at most
-// about one task (a worker's last task started before the caller ran out); a 32K-key decode's
-// eight ~1 ms tasks made it wait over kStallMin often enough to run its next calls on one thread
-// (measured: bf16 decode median 8.0 -> 7.2 ms with this condition, 2 threads, Zen 5). The next kSoloCalls
-// calls then run on the caller alone (the results do not change: no kernel's result depends on which or how
-// many threads run its tasks), and the one after probes the workers again. A quiet machine never waits that
-// long (a task takes well under a millisecond on the small calls where a stall would matter), and a large
-// call, where one scheduler slice is small beside the work, keeps its threads.
+// a worker had claimed: the worker was descheduled in the middle of it (a busy machine). The next
+// kSoloCalls calls then run on the caller alone (the results do not change: no kernel's result
+// depends on which or how many threads run its tasks), and the one after probes the workers
+// again. A quiet machine waits for at most about one task (a worker's last task started before
+// the caller ran out), hence the last condition: a 32K-key decode's eight ~1 ms tasks passed the
+// first two about every other call and ran its next calls on one thread (measured: bf16 decode
+// median 8.0 -> 7.2 ms with the last condition, 2 threads, Zen 5). A large call, where one
+// scheduler slice is small beside the work, keeps its threads.
 constexpr auto kStallMin = std::chrono::microseconds(500);
 constexpr int kSoloCalls = 128;
 // ... and for at most this long: after a stall in a large call (a long decode takes ~10 ms), 128
