@@ -290,7 +290,8 @@ void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map
 
 void run_selected(Kernel kernel, const AttentionProblem& p, const BlockMap* map,
                   const std::shared_ptr<rt::Device>& dev, const Selection& sel,
-                  const std::string& pipeline_cache, AttentionBuffers& buffers, bool force_unaligned) {
+                  const std::string& pipeline_cache, AttentionBuffers& buffers,
+                  std::uint32_t clear_alignment) {
   const bool out_on_device = p.q.on_device();
   const rt::PhysicalDevice& pd = dev->physical();
   if (auto reason = limits_reason(kernel, p, pd, sel)) {
@@ -345,7 +346,7 @@ void run_selected(Kernel kernel, const AttentionProblem& p, const BlockMap* map,
   pc.k_off = k.off, pc.k_sb = k.sb, pc.k_st = k.st;
   pc.v_off = v.off, pc.v_sb = v.sb, pc.v_st = v.st;
   set_alignment_flags(pc, es);
-  if (force_unaligned) pc.flags &= ~(kVec | kAligned4);  // the self-check runs the call's pipelines
+  pc.flags &= ~(clear_alignment & (kVec | kAligned4));  // the self-check runs the call's pipelines
   const LaunchPlan plan = plan_for(p, sel, pc);
   const Sizes sz = sizes_of(p, plan);
 

@@ -38,13 +38,16 @@ std::optional<Reason> limits_reason(Kernel kernel, const AttentionProblem& p, co
 // One call with a chosen variant: uploads the host inputs (device-resident ones are bound where
 // they are), one submission with the attention pass (and the convert pass for a 16-bit device
 // output), reads back what the caller keeps on the host; writes the pipeline cache to
-// `pipeline_cache` when it is set. Fills buffers.run.
+// `pipeline_cache` when it is set. Fills buffers.run. `clear_alignment` (kVec / kAligned4 of
+// vk_flags.h): alignment flags to clear although `p` has them (the self-check runs a call's
+// pipelines, whose alignment may be less than its own packed problem's).
 namespace rt {
 class Device;
 }
 void run_selected(Kernel kernel, const AttentionProblem& p, const BlockMap* map,
                   const std::shared_ptr<rt::Device>& dev, const Selection& sel,
-                  const std::string& pipeline_cache, AttentionBuffers& buffers, bool force_unaligned = false);
+                  const std::string& pipeline_cache, AttentionBuffers& buffers,
+                  std::uint32_t clear_alignment = 0);
 
 // Helpers of the launch files (vk_attention.cpp, vk_backward.cpp).
 namespace rt {

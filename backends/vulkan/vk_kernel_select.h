@@ -5,6 +5,9 @@
 // Variants, best first:
 //   flash_coopmat_khr / flash_coopmat_nv  f16 inputs: Q K^T and P V as 16x16x16 f16 -> f32
 //                     cooperative-matrix products (flash_coopmat.comp), prefill-sized problems
+//   flash_decode      any dtype, decode-shaped problems (<= 16 query rows per kv head): a workgroup
+//                     splits the keys over teams of lanes, 16-byte loads straight from global
+//                     memory, the teams combined by log-sum-exp (flash_decode.comp); + split-KV
 //   flash_subgroup    any dtype: subgroup tiles with the head dim split over lanes, K/V staged in
 //                     shared memory (flash_tiled.comp); + split-KV with a log-sum-exp merge when
 //                     the problem has too few workgroups for the device (decode)
@@ -24,7 +27,14 @@
 
 namespace attnops::vulkan {
 
-enum class Variant { flash_coopmat_khr, flash_coopmat_nv, flash_subgroup, flash_rowwise, vanilla_gemm };
+enum class Variant {
+  flash_coopmat_khr,
+  flash_coopmat_nv,
+  flash_decode,
+  flash_subgroup,
+  flash_rowwise,
+  vanilla_gemm
+};
 const char* variant_name(Variant v);
 std::optional<Variant> parse_variant(const std::string& name);
 
@@ -51,6 +61,21 @@ struct SubgroupTiles {
   std::uint32_t q_rows = 1;        // query positions per workgroup (= the block map's bq)
   std::uint32_t head_rows = 1;     // q heads per workgroup (of one kv head)
   std::uint32_t nsplit = 1;        // split-KV chunks per row (1 = no split)
+  std::uint32_t shared_bytes = 0;
+};
+
+// flash_decode.comp (specialization constants and launch shape).
+struct DecodeTiles {
+  std::uint32_t wg = 0;             // invocations per workgroup (teams x ds)
+  std::uint32_t ds = 1;             // lanes per team (head dim split, 8 elements per chunk)
+  std::uint32_t dk8 = 1, dv8 = 1;   // 8-element chunks of q / v per lane
+  std::uint32_t bc = 32;            // keys per kv tile (= the block map's bk)
+  std::uint32_t ku = 1;             // keys per team per tile (bc / teams)
+  std::uint32_t rows = 1;           // the R of the shader: rows per workgroup at most
+  std::uint32_t max_subgroups = 1;  // subgroups per workgroup at most (shared arrays)
+  std::uint32_t q_rows = 1;         // query positions per workgroup (= the block map's bq)
+  std::uint32_t head_rows = 1;      // q heads per workgroup (of one kv head)
+  std::uint32_t nsplit = 1;         // split-KV chunks per row (1 = no split)
   std::uint32_t shared_bytes = 0;
 };
 
@@ -91,6 +116,7 @@ struct Selection {
   Variant variant = Variant::flash_rowwise;
   bool exhausted = false;       // every variant that could run the problem is disabled (`variant` unusable)
   SubgroupTiles subgroup;       // flash_subgroup
+  DecodeTiles decode;           // flash_decode
   CoopTiles coop;               // flash_coopmat_*
   GemmTiles gemm;               // vanilla_gemm
   bool required_size = false;   // pipeline requires the subgroup size (size control)
@@ -101,7 +127,10 @@ struct Selection {
   // tiles, then the reasons above.
   std::string kernel() const;
   std::string detail() const;
-  bool split_kv() const { return variant == Variant::flash_subgroup && subgroup.nsplit > 1; }
+  bool split_kv() const {
+    return (variant == Variant::flash_subgroup && subgroup.nsplit > 1) ||
+           (variant == Variant::flash_decode && decode.nsplit > 1);
+  }
 };
 
 // Head dims the tiled kernels take (padded inside the kernel); flash_rowwise takes up to 256.
@@ -111,6 +140,9 @@ inline constexpr std::int64_t kMaxRowwiseHeadDim = 256;
 inline constexpr std::uint64_t kMaxSplits = 256;
 // Vanilla without weights at or below this many query rows is a decode: split-KV flash.
 inline constexpr std::int64_t kDecodeMaxTq = 16;
+// flash_decode is taken (on a GPU) for problems of at most this many query rows per kv head
+// (Tq x the GQA group): at most two of its workgroups read each kv head's keys.
+inline constexpr std::int64_t kDecodeMaxRowsPerKvHead = 16;
 
 // The choice for `p` on `dev` with the shaders of `caps`, passing over `disabled` variants (each
 // named in not_taken with its reason). Never fails: flash_rowwise is the last resort (the caller

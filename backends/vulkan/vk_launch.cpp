@@ -14,12 +14,30 @@ std::uint32_t ceil_div(std::int64_t a, std::int64_t b) {
   return static_cast<std::uint32_t>((a + b - 1) / b);
 }
 
+// The split-KV merge after a first pass that wrote partials [B, Hq, Tq, nsplit, Dv + 2] f32:
+// combined by log-sum-exp into out and lse (attn_merge.comp).
+void add_merge(const AttentionProblem& p, const PushConstants& push, std::uint32_t nsplit, LaunchPlan& plan) {
+  plan.scratch_bytes =
+      static_cast<std::uint64_t>(p.B * p.Hq * p.Tq) * nsplit * static_cast<std::uint64_t>(p.Dv + 2) * 4u;
+  KernelStep merge;
+  merge.key.shader = rt::ShaderId::attn_merge;
+  merge.key.spec = {64u};
+  merge.key.spec_count = 1;
+  merge.label = "merge";
+  merge.push = push;
+  merge.groups = {static_cast<std::uint32_t>(p.Tq), static_cast<std::uint32_t>(p.Hq),
+                  static_cast<std::uint32_t>(p.B)};
+  plan.steps.push_back(merge);
+}
+
 }  // namespace
 
 MapTile map_tile(const Selection& s) {
   switch (s.variant) {
     case Variant::flash_subgroup:
       return {s.subgroup.q_rows, s.subgroup.bc};
+    case Variant::flash_decode:
+      return {s.decode.q_rows, s.decode.bc};
     case Variant::flash_coopmat_khr:
     case Variant::flash_coopmat_nv:
       return {s.coop.q_rows, s.coop.bc};
@@ -99,19 +117,24 @@ LaunchPlan plan_flash(const AttentionProblem& p, const Selection& s, const PushC
       step.push.nsplit = static_cast<std::int32_t>(t.nsplit);
       step.groups = {static_cast<std::uint32_t>(base.nq) * t.nsplit, Hq / t.head_rows, B};
       plan.steps.push_back(step);
-      if (split) {
-        // Partials [B, Hq, Tq, nsplit, Dv + 2] f32, merged by log-sum-exp into out and lse.
-        plan.scratch_bytes = static_cast<std::uint64_t>(p.B * p.Hq * p.Tq) * t.nsplit *
-                             static_cast<std::uint64_t>(p.Dv + 2) * 4u;
-        KernelStep merge;
-        merge.key.shader = rt::ShaderId::attn_merge;
-        merge.key.spec = {64u};
-        merge.key.spec_count = 1;
-        merge.label = "merge";
-        merge.push = step.push;
-        merge.groups = {static_cast<std::uint32_t>(p.Tq), Hq, B};
-        plan.steps.push_back(merge);
-      }
+      if (split) add_merge(p, step.push, t.nsplit, plan);
+      break;
+    }
+    case Variant::flash_decode: {
+      const DecodeTiles& t = s.decode;
+      const std::uint32_t split = t.nsplit > 1 ? 1u : 0u;
+      step.key.shader = rt::ShaderId::flash_decode;
+      // 2: 16-byte loads (FLAG_VEC), 1: 4-element loads (FLAG_ALIGNED4), 0: element loads.
+      const std::uint32_t aligned = (base.flags & kAligned4) == 0 ? 0u : (base.flags & kVec) != 0 ? 2u : 1u;
+      step.key.spec = {t.wg, dt, t.ds, t.rows, t.bc, t.dk8, t.dv8, split, t.ku, t.max_subgroups, aligned};
+      step.key.spec_count = 11;
+      step.key.full_subgroups = s.full_subgroups;
+      step.label = split ? "decode_split_kv" : "flash_decode";
+      step.push.head_rows = static_cast<std::int32_t>(t.head_rows);
+      step.push.nsplit = static_cast<std::int32_t>(t.nsplit);
+      step.groups = {static_cast<std::uint32_t>(base.nq) * t.nsplit, Hq / t.head_rows, B};
+      plan.steps.push_back(step);
+      if (split) add_merge(p, step.push, t.nsplit, plan);
       break;
     }
     case Variant::flash_coopmat_khr:

@@ -138,16 +138,21 @@ void save_locked(Registry& reg, const std::string& id, const std::string& path) 
   }
 }
 
-// Whether the call's q/k/v rows all start at multiples of 4 elements (the ALIGNED
-// specialization of the tiled kernels; the self-check must run the same pipeline).
-bool aligned4(const AttentionProblem& p) {
-  bool ok = p.D % 4 == 0 && p.Dv % 4 == 0;
+// The alignment class of the call's q/k/v rows, which picks the specialization (ALIGNED) of the
+// tiled kernels and the load paths of the others: 2 rows of whole 16-byte vectors on 16-byte
+// boundaries (kVec) and multiples of 4 elements (kAligned4), 1 only the latter, 0 neither. As
+// set_alignment_flags decides it; the self-check must run the same pipeline and paths.
+int alignment_class(const AttentionProblem& p) {
+  const std::int64_t es = static_cast<std::int64_t>(dtype_size(p.dtype));
+  bool four = p.D % 4 == 0 && p.Dv % 4 == 0, vec = p.D * es % 16 == 0 && p.Dv * es % 16 == 0;
   for (const TensorView* t : {&p.q, &p.k, &p.v})
     if (t->on_device())
-      ok = ok && t->device_offset() % 4 == 0 && t->stride(0) % 4 == 0 && t->stride(1) % 4 == 0;
-  return ok;
+      for (std::int64_t e : {t->device_offset(), t->stride(0), t->stride(1)}) {
+        four = four && e % 4 == 0;
+        vec = vec && e * es % 16 == 0;
+      }
+  return !four ? 0 : vec ? 2 : 1;
 }
-
 // The configuration a selection runs: what decides its pipelines (specialization constants).
 std::string config_key(const Selection& s, const AttentionProblem& p) {
   std::ostringstream k;
@@ -160,6 +165,12 @@ std::string config_key(const Selection& s, const AttentionProblem& p) {
         << t.head_rows;
       break;
     }
+    case Variant::flash_decode: {
+      const DecodeTiles& t = s.decode;
+      k << " wg" << t.wg << " ds" << t.ds << " ku" << t.ku << " R" << t.rows << (t.nsplit > 1 ? " split" : "")
+        << " rows" << t.q_rows << "x" << t.head_rows;
+      break;
+    }
     case Variant::flash_coopmat_khr:
     case Variant::flash_coopmat_nv:
       k << " sg" << s.coop.subgroup << " nsg" << s.coop.subgroups << " bc" << s.coop.bc << " rows"
@@ -169,7 +180,8 @@ std::string config_key(const Selection& s, const AttentionProblem& p) {
     case Variant::flash_rowwise:
       break;
   }
-  k << (aligned4(p) ? " aligned" : " unaligned");
+  const int align = alignment_class(p);
+  k << (align == 2 ? " vec" : align == 1 ? " aligned" : " unaligned");
   return k.str();
 }
 
@@ -195,6 +207,7 @@ CheckCase make_check_case(const AttentionProblem& call, const Selection& s) {
   const MapTile tile = map_tile(s);
   std::int64_t head_rows = 1;
   if (s.variant == Variant::flash_subgroup) head_rows = s.subgroup.head_rows;
+  if (s.variant == Variant::flash_decode) head_rows = s.decode.head_rows;
   if (s.variant == Variant::flash_coopmat_khr || s.variant == Variant::flash_coopmat_nv)
     head_rows = s.coop.head_rows;
   const std::int64_t Hkv = 1, Hq = std::max<std::int64_t>(head_rows, 2) / head_rows * head_rows;
@@ -260,7 +273,9 @@ SelfCheckEntry run_check(Kernel kernel, const AttentionProblem& call, const Sele
   if (auto why = limits_reason(kernel, c.p, dev->physical(), sel))
     return {key, true, "not checked: " + why->detail};  // the call's own limits gate it
   AttentionBuffers b = allocate_buffers(c.p);
-  run_selected(kernel, c.p, nullptr, dev, sel, "", b, !aligned4(call));      // gpu_error propagates
+  const int align = alignment_class(call);
+  const std::uint32_t clear = align == 0 ? kVec | kAligned4 : align == 1 ? kVec : 0u;
+  run_selected(kernel, c.p, nullptr, dev, sel, "", b, clear);                // gpu_error propagates
   if (wrong_result_injected(sel.variant)) b.out.set(0, b.out.at(0) + 0.5f);  // debug::Fault::wrong_result
   const std::string err = compare(c.p, b);
   if (err.empty())
@@ -341,8 +356,8 @@ std::vector<SelfCheckEntry> run_selfchecks(const GpuSettings& settings) {
   for (DType t : {DType::f32, DType::f16})
     for (const auto& [Tq, Tk, Hq] :
          {std::tuple<std::int64_t, std::int64_t, std::int64_t>{64, 64, 4}, {1, 512, 8}})
-      for (Variant v : {Variant::flash_coopmat_khr, Variant::flash_coopmat_nv, Variant::flash_subgroup,
-                        Variant::flash_rowwise, Variant::vanilla_gemm}) {
+      for (Variant v : {Variant::flash_coopmat_khr, Variant::flash_coopmat_nv, Variant::flash_decode,
+                        Variant::flash_subgroup, Variant::flash_rowwise, Variant::vanilla_gemm}) {
         Tensor q(t, {1, Tq, Hq, 64}), k(t, {1, Tk, 1, 64});
         fill(q, 7);
         fill(k, 8);

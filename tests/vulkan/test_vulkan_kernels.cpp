@@ -200,6 +200,56 @@ TEST_F(VulkanKernels, DeviceResidentKvCacheDecodeTakesSplitKv) {
   }
 }
 
+// flash_decode (taken on GPUs for decode shapes, forced here: lavapipe keeps flash_subgroup's
+// lane-per-row regime) on decode shapes and beyond: GQA packing, several q blocks, head dims not a
+// multiple of 8 (element loads) or of 4, 16-byte loads of 16-bit rows, every mask kind, bias, soft
+// cap, sinks, segments, split-KV forced and derived, fewer lanes per key than the head needs.
+KernelOverride decode_forced(const std::string& text = "") {
+  return tiles(text, Variant::flash_decode);
+}
+
+TEST_F(VulkanKernels, FlashDecodeMatchesTheOracle) {
+  std::uint64_t seed = 2350;
+  struct Row {
+    Spec spec;
+    Kernel kernel;
+    std::string tiles, expect;
+  };
+  // Lavapipe compiles each pipeline with LLVM, whose time grows steeply with the unrolled rows x
+  // keys-per-team body: one row runs the derived tiles (8 rows, 8 keys per team), the others
+  // smaller ones (8-key tiles: 2 keys per team; rows forced).
+  const Row rows[] = {
+      {Spec().shape(1, 1, 300).heads(8, 1).dim(64).causal(true).sinks(), Kernel::vanilla, "",
+       "flash_decode+split_kv"},
+      {Spec().shape(2, 1, 1000).heads(4, 4).dim(128).dtype(DType::f16).causal(true), Kernel::flash, "bc=8",
+       "flash_decode+split_kv"},
+      {Spec()
+           .shape(1, 3, 257)
+           .heads(8, 2)
+           .dim(40, 24)
+           .dtype(DType::bf16)
+           .causal(true)
+           .window(100, 0)
+           .bias()
+           .soft_cap(5.0),
+       Kernel::flash, "bc=8,rows=4,split=1", "flash_decode"},
+      {Spec().shape(1, 5, 77).heads(2, 1).dim(37, 19).causal(false).segments(), Kernel::blocksparse,
+       "bc=8,rows=2,split=1", "flash_decode"},
+      {Spec().shape(1, 2, 500).heads(4, 1).dim(64).dtype(DType::f16).causal(true).chunk(96).sinks(),
+       Kernel::flash, "bc=8,rows=2,split=5", "flash_decode+split_kv"},
+      {Spec().shape(1, 20, 90).heads(2, 1).dim(64).causal(true), Kernel::flash, "ds=2,bc=8,rows=2",
+       "flash_decode"},
+  };
+  for (const Row& r : rows) {
+    const Case c = make_case(r.spec, ++seed);
+    const AttentionProblem p = problem_for(c);
+    const AttentionBuffers b = run_forced(r.kernel, p, decode_forced(r.tiles));
+    SCOPED_TRACE(c.describe() + " -> " + b.run.kernel + ": " + b.run.kernel_detail);
+    EXPECT_EQ(b.run.kernel, r.expect);
+    EXPECT_TRUE(within_tolerance(p, b));
+  }
+}
+
 // The first kernel stays available (the bench's baseline, and the fallback).
 TEST_F(VulkanKernels, RowwiseBaselineWhenForced) {
   KernelOverride rowwise;
@@ -226,6 +276,8 @@ std::vector<Variants> all_variants() {
   return {{"subgroup", Kernel::flash, {}},
           {"gpu shape", Kernel::flash, kGpuShape},
           {"split", Kernel::flash, tiles("split=2")},
+          {"decode", Kernel::flash, decode_forced("bc=8,rows=2")},
+          {"decode split", Kernel::flash, decode_forced("bc=8,rows=2,split=2")},
           {"vanilla_gemm", Kernel::vanilla, gemm}};
 }
 

@@ -13,6 +13,7 @@
 #endif
 #include "tests/support/testing.h"
 #include "tests/vulkan/injected_devices.h"
+#include "tests/vulkan/select_shapes.h"
 #include "tests/vulkan/vulkan_fixture.h"
 
 namespace attnops::testing {
@@ -26,32 +27,6 @@ using vulkan::MatType;
 using vulkan::ProblemShape;
 using vulkan::Selection;
 using vulkan::Variant;
-
-ProblemShape prefill(DType t, std::int64_t D = 128, std::int64_t T = 4096, std::int64_t Hq = 16,
-                     std::int64_t Hkv = 16) {
-  ProblemShape p;
-  p.dtype = t;
-  p.B = 1;
-  p.Tq = p.Tk = T;
-  p.Hq = Hq;
-  p.Hkv = Hkv;
-  p.D = p.Dv = D;
-  return p;
-}
-
-ProblemShape decode(DType t, std::int64_t Tk, std::int64_t Hq, std::int64_t Hkv, std::int64_t D = 128) {
-  ProblemShape p = prefill(t, D, 1, Hq, Hkv);
-  p.Tk = Tk;
-  return p;
-}
-
-bool mentions(const Selection& s, const std::string& text) {
-  return s.detail().find(text) != std::string::npos;
-}
-
-constexpr BuildCaps kDebian12{true, false};  // glslc compiles the NV extension, not the KHR one
-constexpr BuildCaps kNewGlslc{true, true};
-constexpr BuildCaps kNoCoopmat{false, false};
 
 TEST(VulkanSelect, LavapipeTakesTheSubgroupKernelInItsCpuShape) {
   const Selection s = vulkan::select_kernel(lavapipe(), kDebian12, prefill(DType::f32, 64, 512, 8, 8));
@@ -84,7 +59,7 @@ TEST(VulkanSelect, LavapipeTakesTheSubgroupKernelInItsCpuShape) {
 
 // On a software device a decode without GQA (one row per kv head) would busy one lane of eight:
 // the row-wise kernel there, saying why; with GQA 8 the subgroup kernel and split-KV; on a GPU
-// the subgroup kernel regardless.
+// the decode kernel (or the subgroup kernel without it) regardless.
 TEST(VulkanSelect, LavapipeDecodeWithoutGqaTakesTheRowwiseKernel) {
   const Selection mha = vulkan::select_kernel(lavapipe(), kDebian12, decode(DType::f32, 4096, 16, 16));
   EXPECT_EQ(mha.variant, Variant::flash_rowwise) << mha.detail();
@@ -93,7 +68,10 @@ TEST(VulkanSelect, LavapipeDecodeWithoutGqaTakesTheRowwiseKernel) {
   const Selection gqa = vulkan::select_kernel(lavapipe(), kDebian12, decode(DType::f32, 4096, 16, 2));
   EXPECT_EQ(gqa.kernel(), "flash_subgroup+split_kv") << gqa.detail();
   const Selection gpu = vulkan::select_kernel(h100(), kDebian12, decode(DType::f32, 4096, 16, 16));
-  EXPECT_EQ(gpu.variant, Variant::flash_subgroup) << gpu.detail();
+  EXPECT_EQ(gpu.variant, Variant::flash_decode) << gpu.detail();
+  const Selection gpu_sub =
+      vulkan::select_kernel(h100(), kDebian12, decode(DType::f32, 4096, 16, 16), {}, kNoDecodeKernel);
+  EXPECT_EQ(gpu_sub.variant, Variant::flash_subgroup) << gpu_sub.detail();
   KernelOverride force;
   force.variant = Variant::flash_subgroup;
   EXPECT_EQ(vulkan::select_kernel(lavapipe(), kDebian12, decode(DType::f32, 4096, 16, 16), force).variant,
@@ -143,7 +121,8 @@ TEST(VulkanSelect, H100SubgroupPathForF32AndBf16) {
 }
 
 TEST(VulkanSelect, DecodePacksTheGqaHeadsAndSplitsTheKeys) {
-  const Selection s = vulkan::select_kernel(h100(), kNewGlslc, decode(DType::f16, 32768, 16, 2));
+  const Selection s =
+      vulkan::select_kernel(h100(), kNewGlslc, decode(DType::f16, 32768, 16, 2), {}, kNoDecodeKernel);
   EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
   EXPECT_TRUE(s.split_kv());
   EXPECT_EQ(s.kernel(), "flash_subgroup+split_kv");
@@ -171,7 +150,8 @@ TEST(VulkanSelect, DecodePacksTheGqaHeadsAndSplitsTheKeys) {
   // Per-head masks: one head per workgroup.
   ProblemShape per_head = decode(DType::f16, 4096, 16, 2);
   per_head.per_head_map = true;
-  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, per_head).subgroup.head_rows, 1u);
+  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, per_head, {}, kNoDecodeKernel).subgroup.head_rows, 1u);
+  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, per_head).decode.head_rows, 1u);
 }
 
 TEST(VulkanSelect, VanillaTakesItsGemmPathOnlyForTheWeights) {
@@ -196,7 +176,7 @@ TEST(VulkanSelect, VanillaTakesItsGemmPathOnlyForTheWeights) {
   ProblemShape d = decode(DType::f16, 4096, 16, 4);
   d.vanilla = true;
   s = vulkan::select_kernel(h100(), kNewGlslc, d);
-  EXPECT_EQ(s.variant, Variant::flash_subgroup) << s.detail();
+  EXPECT_EQ(s.variant, Variant::flash_decode) << s.detail();
   EXPECT_TRUE(s.split_kv());
   EXPECT_TRUE(mentions(s, "vanilla_gemm: decode-shaped (Tq=1")) << s.detail();
   d.want_weights = true;  // the weights come from the GEMM path only
@@ -276,20 +256,30 @@ TEST(VulkanSelect, SubgroupSizeAssumptionsAreEnforced) {
 }
 
 // Issue 19, item 7: shapes that give the cooperative-matrix kernel (no split-KV) too few
-// workgroups for the device go to flash_subgroup with split-KV; decode fills a large GPU.
+// workgroups for the device go to a split-KV variant (flash_decode for <= 16 rows per kv head);
+// decode fills a large GPU.
 TEST(VulkanSelect, ShortQueriesOverLongContextsFillTheDevice) {
   // B1 Hq8 Hkv1 Tq2 Tk32768 f16: 16 rows per kv head (coopmat could take it) in 1 workgroup.
   ProblemShape spec = decode(DType::f16, 32768, 8, 1);
   spec.Tq = 2;
   const Selection s = vulkan::select_kernel(h100(), kNewGlslc, spec);
-  EXPECT_EQ(s.kernel(), "flash_subgroup+split_kv") << s.detail();
+  EXPECT_EQ(s.kernel(), "flash_decode+split_kv") << s.detail();
   EXPECT_TRUE(mentions(s, "flash_coopmat_khr: 1 workgroup(s) for a target of 264 and no split-KV"))
       << s.detail();
-  EXPECT_GE(s.subgroup.nsplit * 1u, 132u) << s.detail();  // at least one workgroup per SM
-  // B1 H16 Tq16 Tk32768: 16 workgroups on coopmat; split instead.
+  // 8 rows per workgroup (2 positions x 4 heads): 2 workgroups, split to 2 per SM.
+  EXPECT_EQ(s.decode.q_rows * s.decode.head_rows, 8u) << s.detail();
+  EXPECT_GE(2u * s.decode.nsplit, 264u) << s.detail();
+  // With flash_decode ruled out, flash_subgroup splits.
+  const Selection sub = vulkan::select_kernel(h100(), kNewGlslc, spec, {}, kNoDecodeKernel);
+  EXPECT_EQ(sub.kernel(), "flash_subgroup+split_kv") << sub.detail();
+  EXPECT_GE(sub.subgroup.nsplit * 1u, 132u) << sub.detail();  // at least one workgroup per SM
+  // B1 H16 Tq16 Tk32768: 16 workgroups on coopmat; split instead (16 rows per kv head: decode).
   ProblemShape chunk = prefill(DType::f16, 128, 16);
   chunk.Tk = 32768;
+  EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, chunk).kernel(), "flash_decode+split_kv");
+  chunk.Hkv = 8;  // 32 rows per kv head: flash_subgroup's rows
   EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, chunk).kernel(), "flash_subgroup+split_kv");
+  chunk.Hkv = 16;
   // Long prefill keeps coopmat; so does a short context (nothing to split) and a forced variant.
   EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, prefill(DType::f16)).variant,
             Variant::flash_coopmat_khr);
@@ -299,15 +289,19 @@ TEST(VulkanSelect, ShortQueriesOverLongContextsFillTheDevice) {
   vulkan::KernelOverride force;
   force.variant = Variant::flash_coopmat_nv;
   EXPECT_EQ(vulkan::select_kernel(h100(), kDebian12, chunk, force).variant, Variant::flash_coopmat_nv);
-  // Decode B1 H16 Tk32768 D128 (MHA): 16 one-subgroup workgroups, split to ~8 per SM.
+  // Decode B1 H16 Tk32768 D128 (MHA): 16 workgroups of 4 subgroups, split to ~8 subgroups per SM.
   const Selection d = vulkan::select_kernel(h100(), kNewGlslc, decode(DType::f16, 32768, 16, 16));
-  EXPECT_EQ(d.kernel(), "flash_subgroup+split_kv") << d.detail();
-  EXPECT_GE(16u * d.subgroup.nsplit * (d.subgroup.wg / 32u), 132u * 8u) << d.detail();
+  EXPECT_EQ(d.kernel(), "flash_decode+split_kv") << d.detail();
+  EXPECT_GE(16u * d.decode.nsplit * (d.decode.wg / 32u), 132u * 8u) << d.detail();
+  const Selection ds =
+      vulkan::select_kernel(h100(), kNewGlslc, decode(DType::f16, 32768, 16, 16), {}, kNoDecodeKernel);
+  EXPECT_EQ(ds.kernel(), "flash_subgroup+split_kv") << ds.detail();
+  EXPECT_GE(16u * ds.subgroup.nsplit * (ds.subgroup.wg / 32u), 132u * 8u) << ds.detail();
   // An unknown compute-unit count keeps the old target of 64 workgroups.
   DeviceDesc unknown = h100();
   unknown.compute_units = 0;
   const Selection u = vulkan::select_kernel(unknown, kNewGlslc, decode(DType::f16, 32768, 16, 16));
-  EXPECT_EQ(u.subgroup.nsplit, 4u) << u.detail();
+  EXPECT_EQ(u.decode.nsplit, 4u) << u.detail();
 }
 
 TEST(VulkanSelect, OverridesForceVariantsAndTiles) {
@@ -362,6 +356,21 @@ TEST(VulkanSelect, TilesAreConsistentEverywhere) {
                 EXPECT_EQ(k.bc % k.ku, 0u);
                 EXPECT_LE(k.shared_bytes, dev.shared_memory_bytes);
                 EXPECT_GE(k.nsplit, 1u);
+              } else if (s.variant == Variant::flash_decode) {
+                const auto& k = s.decode;
+                EXPECT_FALSE(dev.software);
+                EXPECT_LE(Tq * G, vulkan::kDecodeMaxRowsPerKvHead);
+                EXPECT_LE(k.wg, dev.max_invocations);
+                EXPECT_EQ(k.wg % dev.max_subgroup_size, 0u);
+                EXPECT_LE(static_cast<std::uint64_t>(k.q_rows) * k.head_rows, k.rows);
+                EXPECT_EQ(G % k.head_rows, 0);
+                EXPECT_GE(8 * k.ds * k.dk8, D);
+                EXPECT_GE(8 * k.ds * k.dv8, D);
+                EXPECT_LE(k.ds, dev.min_subgroup_size);
+                EXPECT_EQ(k.wg / k.ds * k.ku, k.bc);  // every key of a tile has one team
+                EXPECT_LE(k.shared_bytes, dev.shared_memory_bytes);
+                EXPECT_GE(k.max_subgroups * dev.min_subgroup_size, k.wg);
+                EXPECT_GE(k.nsplit, 1u);
               } else if (s.variant == Variant::flash_coopmat_khr || s.variant == Variant::flash_coopmat_nv) {
                 EXPECT_EQ(t, DType::f16);
                 EXPECT_LE(s.coop.shared_bytes, dev.shared_memory_bytes);
@@ -393,7 +402,7 @@ TEST(VulkanLaunchPlan, StepsOfEachVariant) {
   p.dtype = DType::f16;
   ProblemShape shape = decode(DType::f16, 4096, 16, 2);
   shape.B = 2;
-  const Selection split = vulkan::select_kernel(h100(), kNewGlslc, shape);
+  const Selection split = vulkan::select_kernel(h100(), kNewGlslc, shape, {}, kNoDecodeKernel);
   ASSERT_TRUE(split.split_kv()) << split.detail();
   vulkan::PushConstants base{};
   base.nq = 1;
@@ -408,6 +417,27 @@ TEST(VulkanLaunchPlan, StepsOfEachVariant) {
   EXPECT_EQ(lp.steps[1].key.shader, vulkan::rt::ShaderId::attn_merge);
   EXPECT_EQ(lp.steps[1].groups, (std::array<std::uint32_t, 3>{1, 16, 2}));
   EXPECT_EQ(lp.scratch_bytes, 2u * 16u * 1u * split.subgroup.nsplit * (128u + 2u) * 4u);
+
+  // flash_decode: the same merge after its own first pass; 16-byte loads where the push
+  // constants say the rows are whole aligned vectors (ALIGNED = 2), 4-element loads otherwise.
+  const Selection dec = vulkan::select_kernel(h100(), kNewGlslc, shape);
+  ASSERT_EQ(dec.kernel(), "flash_decode+split_kv") << dec.detail();
+  base.flags = vulkan::kVec | vulkan::kAligned4;
+  const vulkan::LaunchPlan dp = vulkan::plan_flash(p, dec, base);
+  ASSERT_EQ(dp.steps.size(), 2u);
+  EXPECT_EQ(dp.steps[0].key.shader, vulkan::rt::ShaderId::flash_decode);
+  EXPECT_EQ(dp.steps[0].key.spec[0], dec.decode.wg);
+  EXPECT_EQ(dp.steps[0].key.spec[3], dec.decode.rows);
+  EXPECT_EQ(dp.steps[0].key.spec[7], 1u);   // SPLIT
+  EXPECT_EQ(dp.steps[0].key.spec[10], 2u);  // ALIGNED: 16-byte loads
+  EXPECT_EQ(dp.steps[0].groups[0], dec.decode.nsplit);
+  EXPECT_EQ(dp.steps[0].groups[1], 16u / dec.decode.head_rows);
+  EXPECT_EQ(dp.steps[1].key.shader, vulkan::rt::ShaderId::attn_merge);
+  EXPECT_EQ(dp.scratch_bytes, 2u * 16u * 1u * dec.decode.nsplit * (128u + 2u) * 4u);
+  base.flags = vulkan::kAligned4;
+  EXPECT_EQ(vulkan::plan_flash(p, dec, base).steps[0].key.spec[10], 1u);
+  base.flags = 0;
+  EXPECT_EQ(vulkan::plan_flash(p, dec, base).steps[0].key.spec[10], 0u);
 
   p.Tq = 4096;
   const Selection coop = vulkan::select_kernel(h100(), kDebian12, prefill(DType::f16));
