@@ -8,13 +8,15 @@
 // flash_tiled.comp); subgroup g owns rows 16g .. 16g + 15. Q (f16, unscaled) is staged once and
 // kept in registers as DPAD/16 A matrices. Per non-empty kv tile of the block map (BC keys):
 //   1. K and V of the tile are staged in shared memory as f16 (head dims zero-padded to DPAD /
-//      DVPAD, keys past Tk zero); a flag records whether V holds NaN/Inf;
+//      DVPAD, keys past Tk zero), 16 bytes per load where the rows are whole aligned vectors
+//      (FLAG_VEC); a flag records whether V holds NaN/Inf;
 //   2. each subgroup computes S = Q K^T (16 x BC, f32) and stores it to shared memory;
 //   3. its lanes (SG/16 per row) apply scale, soft cap, bias and the mask (partial tiles only),
 //      update the running max m and sum l, and write P = e^(S - m) as f16 (l sums the f16
 //      values, so that numerator and denominator round alike) and the rescale factor alpha;
 //   4. P V is computed 16 output columns at a time into a 16x16 f32 block in shared memory, and
-//      each lane folds its elements of the block into its f32 accumulator: O = O * alpha + PV.
+//      each lane folds its elements of the block into its f32 accumulator: O = O * alpha + PV
+//      (the multiply skipped when no row of the lane's grew its max).
 //      When the V tile holds NaN/Inf, this tile's P V is summed by the lanes instead, taking
 //      only keys with P != 0, so that a masked key's non-finite value never reaches a row that
 //      does not see it.
@@ -73,6 +75,23 @@ shared float osh[NSG * 16u * OSTR];
 shared float row_alpha[NSG * 16u], row_l[NSG * 16u], row_m[NSG * 16u];
 shared uint nonfinite_v[2];  // per tile parity: the V tile holds NaN / Inf
 
+// Eight f16 values (a 16-byte load, element 2k in the low half of word k) into kvsh at `at`,
+// bit for bit.
+void store_halves(uint at, uvec4 w) {
+  [[unroll]] for (uint k = 0; k < 4u; ++k) {
+    const f16vec2 pair = unpackFloat2x16(w[k]);
+    kvsh[at + 2u * k] = pair.x;
+    kvsh[at + 2u * k + 1u] = pair.y;
+  }
+}
+// Whether any of eight f16 values is NaN or +-inf (all exponent bits set), by its bits.
+bool halves_nonfinite(uvec4 w) {
+  bool any = false;
+  [[unroll]] for (uint k = 0; k < 4u; ++k)
+    any = any || (w[k] & 0x7c00u) == 0x7c00u || (w[k] & 0x7c000000u) == 0x7c000000u;
+  return any;
+}
+
 void main() {
   const uint tid = gl_LocalInvocationIndex;
   const uint WG = gl_WorkGroupSize.x;
@@ -122,19 +141,35 @@ void main() {
     const uint parity = uint(e) & 1u;
     barrier();  // every subgroup is done with the previous tile (and with Q)
     const uint kbase = k_at(b, j0, hk), vbase = v_at(b, j0, hk);
-    for (uint x = tid; x < BC * DPAD; x += WG) {
-      const uint c = x / DPAD, d = x % DPAD;
-      float kv = 0.0;
-      if (int(c) < nj && int(d) < pc.D) kv = k_elem(kbase + c * kstride + d, DTYPE);
-      kvsh[c * KSTR + d] = float16_t(kv);
-    }
     bool bad = false;
-    for (uint x = tid; x < BC * DVPAD; x += WG) {
-      const uint c = x / DVPAD, d = x % DVPAD;
-      float vv = 0.0;
-      if (int(c) < nj && int(d) < pc.Dv) vv = v_elem(vbase + c * vstride + d, DTYPE);
-      bad = bad || (floatBitsToUint(vv) & 0x7f800000u) == 0x7f800000u;  // NaN or +-inf, by its bits
-      kvsh[BC * KSTR + c * VSTR + d] = float16_t(vv);
+    if (has(FLAG_VEC)) {
+      // Rows of whole 16-byte vectors on 16-byte boundaries (D and Dv multiples of 8): 8 halves
+      // per load, copied as they are (DPAD - D is a multiple of 8: the padding chunks are 0).
+      for (uint x = tid; x < BC * (DPAD / 8u); x += WG) {
+        const uint c = x / (DPAD / 8u), d = 8u * (x % (DPAD / 8u));
+        const uvec4 w = (int(c) < nj && int(d) < pc.D) ? k_vec[(kbase + c * kstride + d) >> 3] : uvec4(0u);
+        store_halves(c * KSTR + d, w);
+      }
+      for (uint x = tid; x < BC * (DVPAD / 8u); x += WG) {
+        const uint c = x / (DVPAD / 8u), d = 8u * (x % (DVPAD / 8u));
+        const uvec4 w = (int(c) < nj && int(d) < pc.Dv) ? v_vec[(vbase + c * vstride + d) >> 3] : uvec4(0u);
+        bad = bad || halves_nonfinite(w);
+        store_halves(BC * KSTR + c * VSTR + d, w);
+      }
+    } else {
+      for (uint x = tid; x < BC * DPAD; x += WG) {
+        const uint c = x / DPAD, d = x % DPAD;
+        float kv = 0.0;
+        if (int(c) < nj && int(d) < pc.D) kv = k_elem(kbase + c * kstride + d, DTYPE);
+        kvsh[c * KSTR + d] = float16_t(kv);
+      }
+      for (uint x = tid; x < BC * DVPAD; x += WG) {
+        const uint c = x / DVPAD, d = x % DVPAD;
+        float vv = 0.0;
+        if (int(c) < nj && int(d) < pc.Dv) vv = v_elem(vbase + c * vstride + d, DTYPE);
+        bad = bad || (floatBitsToUint(vv) & 0x7f800000u) == 0x7f800000u;  // NaN or +-inf, by its bits
+        kvsh[BC * KSTR + c * VSTR + d] = float16_t(vv);
+      }
     }
     if (bad) atomicOr(nonfinite_v[parity], 1u);
     if (tid == 0u) nonfinite_v[parity ^ 1u] = 0u;  // for the next tile; nobody reads it now
@@ -194,8 +229,15 @@ void main() {
     subgroupMemoryBarrierShared();
     subgroupBarrier();
 
-    // 4. O = O * alpha + P V, 16 output columns at a time.
+    // 4. O = O * alpha + P V, 16 output columns at a time. alpha is 1 unless the row's running
+    // max grew (rare after the first tiles): the rescale is skipped then.
     const bool guarded = nonfinite_v[parity] != 0u;
+    float alpha_u[EPL];
+    bool rescale = false;
+    [[unroll]] for (uint u = 0; u < EPL; ++u) {
+      alpha_u[u] = row_alpha[sg * 16u + (lane + SG * u) / 16u];
+      rescale = rescale || alpha_u[u] != 1.0;
+    }
     MAT_A pa[BC / 16u];
     [[unroll]] for (uint kk = 0; kk < BC / 16u; ++kk) LOAD_ROWS(pa[kk], psh, sg * 16u * PSTR + kk * 16u, PSTR);
     [[unroll]] for (uint n = 0; n < DVPAD / 16u; ++n) {
@@ -221,7 +263,7 @@ void main() {
         } else {
           add = osh[(sg * 16u + r) * OSTR + col];
         }
-        o[n][u] = o[n][u] * row_alpha[sg * 16u + r] + add;
+        o[n][u] = (rescale ? o[n][u] * alpha_u[u] : o[n][u]) + add;
       }
       subgroupMemoryBarrierShared();
       subgroupBarrier();  // osh is rewritten by the next block
