@@ -565,7 +565,19 @@ const char* tiled_backward(const BackwardProblem& bp, const BlockMap& map, Gradi
                            all_h ? -1 : static_cast<std::int32_t>(kvh), static_cast<std::int32_t>(kb),
                            4 * n * (all_b ? p.B : 1)});
       }
-  std::stable_sort(tasks.begin(), tasks.end(), [](const Task& x, const Task& y) { return x.cost > y.cost; });
+  // dk/dv tasks, then dq tasks, each kind grouped by kv head, heaviest first within a head: the
+  // threads read the same Q / dout (dk/dv) or K / V (dq) at about the same time, from L2 / L3, as
+  // in the forward (2-core Zen 5, f32 B1 H16 T2048 D128: -5% causal, -10% non-causal against cost
+  // order alone). dk/dv tasks spanning every batch or kv head (a broadcast dbias) come first.
+  const auto group_of = [&](const Task& t) -> i64 {
+    if (t.b < 0 || t.h < 0) return -1;
+    return static_cast<i64>(t.b) * p.Hkv + (t.kind == 0 ? t.h / p.group() : t.h);
+  };
+  std::stable_sort(tasks.begin(), tasks.end(), [&](const Task& x, const Task& y) {
+    if (x.kind != y.kind) return x.kind > y.kind;
+    const i64 gx = group_of(x), gy = group_of(y);
+    return gx != gy ? gx < gy : x.cost > y.cost;
+  });
 
   int nt = worker_threads(p.num_threads);
   nt = static_cast<int>(std::clamp<i64>(std::max<i64>(static_cast<i64>(tasks.size()), p.B * p.Hq), 1, nt));
