@@ -261,7 +261,10 @@ std::optional<DecodeTiles> decode_tiles(const DeviceDesc& dev, const ProblemShap
     }
     t.ds = force.ds;
   }
-  t.bc = 32;
+  // On a software device (where it runs only when forced: tests, the self-check) 8-key tiles
+  // and at most 2 rows: LLVM's compile time there grows steeply with the unrolled rows x
+  // keys-per-team body (lavapipe: 8 rows x 8 keys took ~9 s per pipeline).
+  t.bc = dev.software ? 8 : 32;
   if (force.bc != 0) {
     if (!is_pow2(force.bc) || force.bc > 32) {
       *why = "forced bc=" + std::to_string(force.bc) + " is not a power of two <= 32";
@@ -291,8 +294,8 @@ std::optional<DecodeTiles> decode_tiles(const DeviceDesc& dev, const ProblemShap
   }
   const std::uint64_t group = static_cast<std::uint64_t>(p.Hq / p.Hkv);
   const std::uint64_t available = static_cast<std::uint64_t>(p.Tq) * (p.per_head_map ? 1 : group);
-  std::uint64_t rows =
-      std::min<std::uint64_t>({8, pow2_floor(static_cast<std::uint32_t>(128 / state)), pow2_ceil(available)});
+  std::uint64_t rows = std::min<std::uint64_t>(
+      {dev.software ? 2u : 8u, pow2_floor(static_cast<std::uint32_t>(128 / state)), pow2_ceil(available)});
   if (force.rows != 0) rows = std::min<std::uint64_t>(pow2_floor(force.rows), 16);
   t.max_subgroups = t.wg / sg_min;
   const auto shared_for = [&](std::uint64_t r) {

@@ -54,7 +54,8 @@ TEST(VulkanSelect, DecodeShapedProblemsTakeTheDecodeKernelOnAGpu) {
   EXPECT_TRUE(mentions(pre, "flash_decode: 4096 query rows per kv head")) << pre.detail();
   EXPECT_EQ(vulkan::select_kernel(h100(), kNewGlslc, decode(DType::f16, 32768, 32, 1)).variant,
             Variant::flash_subgroup);  // 32 rows per kv head
-  // Lavapipe keeps flash_subgroup's lane-per-row regime unless forced; forced, 4 subgroups of 8.
+  // Lavapipe keeps flash_subgroup's lane-per-row regime unless forced; forced, 4 subgroups of 8
+  // over 8-key tiles (2 keys per team: a small shader, which LLVM compiles fast), 2 rows.
   const Selection lp = vulkan::select_kernel(lavapipe(), kDebian12, decode(DType::f32, 4096, 8, 1, 64));
   EXPECT_EQ(lp.variant, Variant::flash_subgroup) << lp.detail();
   EXPECT_TRUE(mentions(lp, "flash_decode: software device")) << lp.detail();
@@ -65,7 +66,9 @@ TEST(VulkanSelect, DecodeShapedProblemsTakeTheDecodeKernelOnAGpu) {
   ASSERT_EQ(lpf.variant, Variant::flash_decode) << lpf.detail();
   EXPECT_EQ(lpf.decode.wg, 32u);
   EXPECT_EQ(lpf.decode.ds, 8u);
-  EXPECT_EQ(lpf.decode.ku, 8u);
+  EXPECT_EQ(lpf.decode.bc, 8u);
+  EXPECT_EQ(lpf.decode.ku, 2u);
+  EXPECT_EQ(lpf.decode.rows, 2u);
   // Forced tiles: fewer lanes per key (more chunks each), smaller tiles, rows.
   force = vulkan::parse_tiles("ds=2,bc=8,rows=2,split=3", force);
   const Selection t = vulkan::select_kernel(lavapipe(), kDebian12, decode(DType::f32, 4096, 8, 1, 64), force);
