@@ -171,6 +171,24 @@ DEFINE_LOADS(q)
 DEFINE_LOADS(k)
 DEFINE_LOADS(v)
 
+// Elements d .. d+3 of a row of n elements at element `base` of q / k / v (`which` 0 / 1 / 2);
+// elements at or past n read 0. aligned (FLAG_ALIGNED4: every row starts at a multiple of 4
+// elements, n too): one 4-element load. The tiled kernels pass their specialization constants.
+vec4 qkv_load4(uint which, uint base, int d, int n, bool aligned, uint dtype) {
+  if (aligned) {
+    if (d >= n) return vec4(0.0);
+    const uint e = base + uint(d);
+    return which == 0u ? q_load4_aligned(e, dtype) : which == 1u ? k_load4_aligned(e, dtype) : v_load4_aligned(e, dtype);
+  }
+  vec4 r = vec4(0.0);
+  for (int c = 0; c < 4; ++c)
+    if (d + c < n) {
+      const uint e = base + uint(d + c);
+      r[c] = which == 0u ? q_elem(e, dtype) : which == 1u ? k_elem(e, dtype) : v_elem(e, dtype);
+    }
+  return r;
+}
+
 // Element offsets of the q row (b, i, h), and of the k / v rows of key j of kv head hk.
 uint q_at(int b, int i, int h) { return pc.q_off + uint(b) * pc.q_sb + uint(i) * pc.q_st + uint(h * pc.D); }
 uint k_at(int b, int j, int hk) { return pc.k_off + uint(b) * pc.k_sb + uint(j) * pc.k_st + uint(hk * pc.D); }

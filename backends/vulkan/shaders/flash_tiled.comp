@@ -57,22 +57,8 @@ void tile_barrier() {
   }
 }
 
-// Elements d .. d+3 of a row of n elements starting at element `base` of q / k / v (`which`
-// 0 / 1 / 2); elements at or past n read 0.
-vec4 load4(uint which, uint base, int d, int n) {
-  if (ALIGNED != 0u) {
-    if (d >= n) return vec4(0.0);
-    const uint e = base + uint(d);
-    return which == 0u ? q_load4_aligned(e, DTYPE) : which == 1u ? k_load4_aligned(e, DTYPE) : v_load4_aligned(e, DTYPE);
-  }
-  vec4 r = vec4(0.0);
-  for (int c = 0; c < 4; ++c)
-    if (d + c < n) {
-      const uint e = base + uint(d + c);
-      r[c] = which == 0u ? q_elem(e, DTYPE) : which == 1u ? k_elem(e, DTYPE) : v_elem(e, DTYPE);
-    }
-  return r;
-}
+// Elements d .. d+3 of q / k / v (attn_io.glsl's qkv_load4 under this shader's specialization).
+vec4 load4(uint which, uint base, int d, int n) { return qkv_load4(which, base, d, n, ALIGNED != 0u, DTYPE); }
 
 void main() {
   const uint tid = gl_LocalInvocationIndex;
