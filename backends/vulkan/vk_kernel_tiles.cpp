@@ -232,9 +232,10 @@ std::optional<SubgroupTiles> subgroup_tiles(const DeviceDesc& dev, const Problem
 // chunk is 8 elements, one 16-byte load of 16-bit data), at most the narrowest subgroup and 32.
 // The workgroup: 128 invocations (4 subgroups of 32, 2 of 64) or 4 subgroups when they are
 // narrower (lavapipe's 8 lanes: 32), a whole number of the widest subgroups, at most one team
-// per key of a 32-key tile. Rows per workgroup: up to 8 within 128
-// floats of q and o per lane and row set, no more than the problem has per kv head. The shared
-// memory holds one combined state per subgroup and row.
+// per key of a 32-key tile. Rows per workgroup: up to 4 within 64 floats of q and o per lane
+// (a row takes 16 at D <= 8 x ds; with a team's 4 keys of K, their scores and the row
+// statistics, 8 rows would approach an NVIDIA thread's 255 registers and spill), no more than
+// the problem has per kv head. The shared memory holds one combined state per subgroup and row.
 std::optional<DecodeTiles> decode_tiles(const DeviceDesc& dev, const ProblemShape& p,
                                         const KernelOverride& force, std::string* why) {
   if (p.D > kMaxHeadDim || p.Dv > kMaxHeadDim) {
@@ -295,7 +296,7 @@ std::optional<DecodeTiles> decode_tiles(const DeviceDesc& dev, const ProblemShap
   const std::uint64_t group = static_cast<std::uint64_t>(p.Hq / p.Hkv);
   const std::uint64_t available = static_cast<std::uint64_t>(p.Tq) * (p.per_head_map ? 1 : group);
   std::uint64_t rows = std::min<std::uint64_t>(
-      {dev.software ? 2u : 8u, pow2_floor(static_cast<std::uint32_t>(128 / state)), pow2_ceil(available)});
+      {dev.software ? 2u : 4u, pow2_floor(static_cast<std::uint32_t>(64 / state)), pow2_ceil(available)});
   if (force.rows != 0) rows = std::min<std::uint64_t>(pow2_floor(force.rows), 16);
   t.max_subgroups = t.wg / sg_min;
   const auto shared_for = [&](std::uint64_t r) {

@@ -266,9 +266,9 @@ TEST(VulkanSelect, ShortQueriesOverLongContextsFillTheDevice) {
   EXPECT_EQ(s.kernel(), "flash_decode+split_kv") << s.detail();
   EXPECT_TRUE(mentions(s, "flash_coopmat_khr: 1 workgroup(s) for a target of 264 and no split-KV"))
       << s.detail();
-  // 8 rows per workgroup (2 positions x 4 heads): 2 workgroups, split to 2 per SM.
-  EXPECT_EQ(s.decode.q_rows * s.decode.head_rows, 8u) << s.detail();
-  EXPECT_GE(2u * s.decode.nsplit, 264u) << s.detail();
+  // 4 rows per workgroup (2 positions x 2 heads): 4 workgroups, split to 2 per SM.
+  EXPECT_EQ(s.decode.q_rows * s.decode.head_rows, 4u) << s.detail();
+  EXPECT_GE(4u * s.decode.nsplit, 264u) << s.detail();
   // With flash_decode ruled out, flash_subgroup splits.
   const Selection sub = vulkan::select_kernel(h100(), kNewGlslc, spec, {}, kNoDecodeKernel);
   EXPECT_EQ(sub.kernel(), "flash_subgroup+split_kv") << sub.detail();

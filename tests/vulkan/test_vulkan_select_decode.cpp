@@ -31,11 +31,19 @@ TEST(VulkanSelect, DecodeShapedProblemsTakeTheDecodeKernelOnAGpu) {
   EXPECT_EQ(d.decode.max_subgroups, 4u);
   EXPECT_TRUE(d.full_subgroups);
   EXPECT_TRUE(mentions(d, "lanes/key=16 teams=8 keys/team=4")) << d.detail();
-  // GQA 8: the 8 q heads of a kv head in one workgroup (each key read once for all of them).
+  // GQA 8: 4 q heads of a kv head per workgroup (each key read once for the 4; 4 rows keep q and
+  // o within 64 floats per lane), two workgroups per kv head.
   const Selection g = vulkan::select_kernel(h100(), kNewGlslc, decode(DType::f32, 32768, 32, 4));
   ASSERT_EQ(g.variant, Variant::flash_decode) << g.detail();
-  EXPECT_EQ(g.decode.head_rows, 8u);
-  EXPECT_EQ(g.decode.rows, 8u);
+  EXPECT_EQ(g.decode.head_rows, 4u);
+  EXPECT_EQ(g.decode.rows, 4u);
+  // GQA 2 at Tq 2: both heads and both positions in one workgroup.
+  ProblemShape tq2 = decode(DType::f16, 32768, 32, 16);
+  tq2.Tq = 2;
+  const Selection g2 = vulkan::select_kernel(h100(), kNewGlslc, tq2);
+  ASSERT_EQ(g2.variant, Variant::flash_decode) << g2.detail();
+  EXPECT_EQ(g2.decode.q_rows, 2u);
+  EXPECT_EQ(g2.decode.head_rows, 2u);
   // D 256: a lane per 8 elements over the whole subgroup; D 64: 8 lanes, 16 teams of 2 keys.
   const Selection d256 = vulkan::select_kernel(h100(), kNewGlslc, decode(DType::f16, 8192, 16, 16, 256));
   EXPECT_EQ(d256.decode.ds, 32u) << d256.detail();
