@@ -141,7 +141,7 @@ inline constexpr std::uint64_t kMaxSplits = 256;
 // Vanilla without weights at or below this many query rows is a decode: split-KV flash.
 inline constexpr std::int64_t kDecodeMaxTq = 16;
 // flash_decode is taken (on a GPU) for problems of at most this many query rows per kv head
-// (Tq x the GQA group): at most two of its workgroups read each kv head's keys.
+// (Tq x the GQA group): at most four of its workgroups (4 rows each) read each kv head's keys.
 inline constexpr std::int64_t kDecodeMaxRowsPerKvHead = 16;
 
 // The choice for `p` on `dev` with the shaders of `caps`, passing over `disabled` variants (each
