@@ -30,6 +30,19 @@ void add_merge(const AttentionProblem& p, const PushConstants& push, std::uint32
   plan.steps.push_back(merge);
 }
 
+// The pass of a kernel over (q block * nsplit + split, head block, batch) workgroups of
+// head_rows q heads each (flash_tiled.comp, flash_decode.comp), and the merge after it when the
+// keys are split. `step` has its pipeline key and label; its push constants are the base's.
+void add_row_blocks(const AttentionProblem& p, KernelStep step, std::uint32_t head_rows, std::uint32_t nsplit,
+                    LaunchPlan& plan) {
+  step.push.head_rows = static_cast<std::int32_t>(head_rows);
+  step.push.nsplit = static_cast<std::int32_t>(nsplit);
+  step.groups = {static_cast<std::uint32_t>(step.push.nq) * nsplit,
+                 static_cast<std::uint32_t>(p.Hq) / head_rows, static_cast<std::uint32_t>(p.B)};
+  plan.steps.push_back(step);
+  if (nsplit > 1) add_merge(p, step.push, nsplit, plan);
+}
+
 }  // namespace
 
 MapTile map_tile(const Selection& s) {
@@ -113,11 +126,7 @@ LaunchPlan plan_flash(const AttentionProblem& p, const Selection& s, const PushC
       step.key.spec_count = 11;
       step.key.full_subgroups = s.full_subgroups;
       step.label = split ? "split_kv" : "flash_subgroup";
-      step.push.head_rows = static_cast<std::int32_t>(t.head_rows);
-      step.push.nsplit = static_cast<std::int32_t>(t.nsplit);
-      step.groups = {static_cast<std::uint32_t>(base.nq) * t.nsplit, Hq / t.head_rows, B};
-      plan.steps.push_back(step);
-      if (split) add_merge(p, step.push, t.nsplit, plan);
+      add_row_blocks(p, step, t.head_rows, t.nsplit, plan);
       break;
     }
     case Variant::flash_decode: {
@@ -130,11 +139,7 @@ LaunchPlan plan_flash(const AttentionProblem& p, const Selection& s, const PushC
       step.key.spec_count = 11;
       step.key.full_subgroups = s.full_subgroups;
       step.label = split ? "decode_split_kv" : "flash_decode";
-      step.push.head_rows = static_cast<std::int32_t>(t.head_rows);
-      step.push.nsplit = static_cast<std::int32_t>(t.nsplit);
-      step.groups = {static_cast<std::uint32_t>(base.nq) * t.nsplit, Hq / t.head_rows, B};
-      plan.steps.push_back(step);
-      if (split) add_merge(p, step.push, t.nsplit, plan);
+      add_row_blocks(p, step, t.head_rows, t.nsplit, plan);
       break;
     }
     case Variant::flash_coopmat_khr:
