@@ -57,12 +57,21 @@ BackgroundLoad::BackgroundLoad(int n) {
   if (n > 0) std::this_thread::sleep_for(std::chrono::milliseconds(100));
 }
 
+void BackgroundLoad::pause() noexcept {
+  for (const pid_t pid : children_) ::kill(pid, SIGSTOP);
+}
+
+void BackgroundLoad::resume(int settle_ms) noexcept {
+  for (const pid_t pid : children_) ::kill(pid, SIGCONT);
+  if (settle_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(settle_ms));
+}
+
 BackgroundLoad::~BackgroundLoad() {
   stop();
 }
 
 void BackgroundLoad::stop() noexcept {
-  for (const pid_t pid : children_) ::kill(pid, SIGKILL);
+  for (const pid_t pid : children_) ::kill(pid, SIGKILL);  // SIGKILL ends a stopped child too
   for (const pid_t pid : children_) {
     int status = 0;
     while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {

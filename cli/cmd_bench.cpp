@@ -144,27 +144,38 @@ void run_row(Row& row, const Config& base, const Overrides& threads, int repeats
   // the sample is the mean time per call.
   constexpr double kMinSampleMs = 20;
   constexpr int kMaxCalls = 1000;
-  const auto median_ms = [&] {
-    std::vector<double> ms;
-    for (int i = 0; i < repeats; ++i) {
-      const auto t0 = Clock::now();
-      int calls = 0;
-      double total = 0;
-      do {
-        call();
-        ++calls;
-        total = elapsed_ms(t0);
-      } while (total < kMinSampleMs && calls < kMaxCalls);
-      ms.push_back(total / calls);
-    }
+  constexpr int kSettleMs = 20;  // after the busy processes resume, before a loaded sample
+  const auto sample_ms = [&] {
+    const auto t0 = Clock::now();
+    int calls = 0;
+    double total = 0;
+    do {
+      call();
+      ++calls;
+      total = elapsed_ms(t0);
+    } while (total < kMinSampleMs && calls < kMaxCalls);
+    return total / calls;
+  };
+  const auto median = [](std::vector<double> ms) {
     std::sort(ms.begin(), ms.end());
     return ms[ms.size() / 2];
   };
-  row.median_ms = median_ms();
-  if (background_load > 0) {  // right after the quiet median, so both see the same machine
-    const BackgroundLoad load(background_load);
-    row.loaded_ms = median_ms();
+  std::vector<double> quiet, loaded;
+  if (background_load <= 0) {
+    for (int i = 0; i < repeats; ++i) quiet.push_back(sample_ms());
+  } else {
+    // Quiet and loaded samples alternate (the busy processes stopped for the quiet ones), so both
+    // medians see the same machine within a sample's time of each other.
+    BackgroundLoad load(background_load);
+    for (int i = 0; i < repeats; ++i) {
+      load.pause();
+      quiet.push_back(sample_ms());
+      load.resume(kSettleMs);
+      loaded.push_back(sample_ms());
+    }
+    row.loaded_ms = median(loaded);
   }
+  row.median_ms = median(quiet);
   row.ran = decision.op;
   row.backend = std::string(backend_name(decision.backend));
   row.kernel = decision.run.kernel;
@@ -214,8 +225,8 @@ void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmRes
   out << "# " << kFlopsNote << "\n";
   if (background_load > 0)
     out << "# loaded_ms: the median with " << background_load
-        << " busy background process(es) started right after the row's quiet median; x_quiet = loaded_ms / "
-           "median_ms\n";
+        << " busy background process(es), its samples alternating with the quiet "
+           "ones (the processes stopped between); x_quiet = loaded_ms / median_ms\n";
   char line[512];
   std::snprintf(line, sizeof line,
                 "%-12s %-12s %-12s %-7s %-23s %-22s %-5s %-6s %-4s %10s %9s %10s %9s %8s %9s  %s\n",
@@ -498,10 +509,10 @@ Command add_bench_command(CLI::App& root) {
   app->add_option("--threads", a->threads, "OpenMP threads (0 = default)")->check(CLI::NonNegativeNumber);
   app->add_option("--sgemm", a->sgemm, "Size n of the Eigen SGEMM reference row (0 = none)")
       ->check(CLI::NonNegativeNumber);
-  app->add_option(
-         "--background-load", a->background_load,
-         "Also time each row with N busy background processes (killed after it) and report the loaded "
-         "median beside the quiet one")
+  app->add_option("--background-load", a->background_load,
+                  "Also time each row with N busy background processes (stopped for the quiet samples, which "
+                  "alternate with the loaded ones; killed after the row) and report the loaded median beside "
+                  "the quiet one")
       ->check(CLI::Range(0, 64));
   app->add_option("--config", a->config, "YAML library configuration");
   app->add_option("--csv", a->csv, "Also write the rows as CSV");

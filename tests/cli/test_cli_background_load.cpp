@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "cli/background_load.h"
 #include "tests/cli/cli_runner.h"
 
 namespace attnops::cli {
@@ -67,6 +69,26 @@ std::set<pid_t> children_while_running(testing::CliProcess& p, bool stop, testin
   return seen;
 }
 
+// The state letter of /proc/<pid>/stat ('R', 'S', 'T' stopped, 'Z'; 0 if gone).
+char state_of(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(f, stat)) return 0;
+  const auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() ? stat[close + 2] : 0;
+}
+
+// Waits up to 5 s for every pid to be stopped (or, with stopped = false, not stopped).
+bool all_in_state(const std::set<pid_t>& pids, bool stopped) {
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    bool ok = true;
+    for (const pid_t pid : pids) ok = ok && ((state_of(pid) == 'T') == stopped);
+    if (ok || std::chrono::steady_clock::now() - t0 > std::chrono::seconds(5)) return ok;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
 void expect_all_gone(const std::set<pid_t>& pids) {
   const auto t0 = std::chrono::steady_clock::now();
   for (const pid_t pid : pids)
@@ -97,6 +119,26 @@ TEST(CliBenchLoad, ReportsLoadedBesideQuietMediansAndLeavesNoProcess) {
   EXPECT_THAT(testing::read_file(csv), HasSubstr(",loaded_median_ms\n"));
   EXPECT_FALSE(children.empty());  // the busy children were seen...
   expect_all_gone(children);       // ...and killed and reaped
+}
+
+// The bench alternates quiet and loaded samples by stopping the busy processes between loaded ones:
+// pause() must stop every child (no CPU for the quiet sample), resume() restart them, and the
+// destructor end them whether they are stopped or running.
+TEST(CliBenchLoad, PauseStopsEveryBusyProcessAndResumeRestartsThem) {
+  std::set<pid_t> kids;
+  {
+    BackgroundLoad load(2);
+    ASSERT_EQ(load.size(), 2);
+    kids = children_of(::getpid());
+    ASSERT_EQ(kids.size(), 2u);
+    EXPECT_TRUE(all_in_state(kids, false));
+    load.pause();
+    EXPECT_TRUE(all_in_state(kids, true)) << "a busy process still runs during a quiet sample";
+    load.resume(0);
+    EXPECT_TRUE(all_in_state(kids, false)) << "a busy process stayed stopped during a loaded sample";
+    load.pause();  // destroyed while stopped
+  }
+  expect_all_gone(kids);
 }
 
 TEST(CliBenchLoad, ASignalLeavesNoBusyProcess) {
