@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <new>
 #include <optional>
@@ -51,14 +52,19 @@ const TierKernels& tier_kernels(Isa isa) {
 
 namespace {
 
-// assign / append: a RunInfo reused from call to call keeps its strings' capacity.
-void record(RunInfo& run, const IsaChoice& c, const char* path) {
+// assign / append: a RunInfo reused from call to call keeps its strings' capacity. The whole
+// detail is reserved first, so a fresh RunInfo (a public call's) allocates it once whatever its
+// length: grown append by append, it took one to three allocations, and a warm call's count
+// depended on the tier's text (ATTNOPS_CPU_ISA=avx2 made one decode shape allocate once more).
+void record(RunInfo& run, const IsaChoice& c, const char* path, const char* extra = "") {
   run.kernel.assign(isa_name(c.tier));
+  const std::size_t n_extra = std::strlen(extra);
+  run.kernel_detail.reserve(std::strlen(path) + 2 + c.detail.size() + (n_extra ? 2 + n_extra : 0));
   run.kernel_detail.assign(path).append("; ").append(c.detail);
+  if (n_extra) run.kernel_detail.append("; ").append(extra);
 }
 void record(AttentionBuffers& buffers, const IsaChoice& c, const char* path, const CallThreads& t) {
-  record(buffers.run, c, path);
-  if (t.has_detail()) buffers.run.kernel_detail.append("; ").append(t.detail);
+  record(buffers.run, c, path, t.detail);
 }
 
 // Runs a tier's kernel: the kernels allocate their scratch before any parallel region and throw
