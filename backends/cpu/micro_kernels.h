@@ -10,7 +10,8 @@
 //                kSkipZeros: lanes whose b is 0 are not
 //                updated, so a NaN / inf in `a` cannot reach them through 0 x inf; the non-finite
 //                policy's guarded run, backends/common/softmax_policy.h)
-// (scaled_acc reads `a` transposed: the tiled kernel's O^T = alpha * O^T + V^T P^T with V rows.)
+// (scaled_acc reads `a` transposed: the tiled kernel's O^T = alpha * O^T + V^T P^T with V rows;
+// with kARows it reads a[r * lda + k] instead: V^T rows, the AVX2 forward's, tiled_cpu.cpp.)
 //
 // The callers' tile shapes (up to kMaxR x kMaxNC) are split into register tiles of at most
 // kRegR x kRegNC that fit the tier's vector registers without spilling: 6 x 4 zmm accumulators
@@ -75,17 +76,18 @@ void gemm_micro(const float* a, std::int64_t lda, const float* b, std::int64_t l
     for (int n = 0; n < NC; ++n) simd::store(c + r * ldc + 16 * n, acc[r][n]);
 }
 
-template <int R, int NC, bool kSkipZeros = false, bool kAccumulate = false>
+template <int R, int NC, bool kSkipZeros = false, bool kAccumulate = false, bool kARows = false>
 void scaled_acc(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, std::int64_t K,
                 const float* s, float* c, std::int64_t ldc) {
   if constexpr (NC > kRegNC) {
-    scaled_acc<R, kRegNC, kSkipZeros, kAccumulate>(a, lda, b, ldb, K, s, c, ldc);
-    scaled_acc<R, NC - kRegNC, kSkipZeros, kAccumulate>(a, lda, b + 16 * kRegNC, ldb, K,
-                                                        s ? s + 16 * kRegNC : s, c + 16 * kRegNC, ldc);
+    scaled_acc<R, kRegNC, kSkipZeros, kAccumulate, kARows>(a, lda, b, ldb, K, s, c, ldc);
+    scaled_acc<R, NC - kRegNC, kSkipZeros, kAccumulate, kARows>(
+        a, lda, b + 16 * kRegNC, ldb, K, s ? s + 16 * kRegNC : s, c + 16 * kRegNC, ldc);
     return;
   } else if constexpr (R > kRegR) {
-    scaled_acc<kRegR, NC, kSkipZeros, kAccumulate>(a, lda, b, ldb, K, s, c, ldc);
-    scaled_acc<R - kRegR, NC, kSkipZeros, kAccumulate>(a + kRegR, lda, b, ldb, K, s, c + kRegR * ldc, ldc);
+    scaled_acc<kRegR, NC, kSkipZeros, kAccumulate, kARows>(a, lda, b, ldb, K, s, c, ldc);
+    scaled_acc<R - kRegR, NC, kSkipZeros, kAccumulate, kARows>(kARows ? a + kRegR * lda : a + kRegR, lda, b,
+                                                               ldb, K, s, c + kRegR * ldc, ldc);
     return;
   }
   V16 acc[R][NC];
@@ -104,17 +106,19 @@ void scaled_acc(const float* a, std::int64_t lda, const float* b, std::int64_t l
   for (std::int64_t k = 0; k < K; ++k) {
     V16 bv[NC];
     for (int n = 0; n < NC; ++n) bv[n] = simd::load(b + k * ldb + 16 * n);
-    const float* ak = a + k * lda;
+    // a's element (r, k): V[k][r] (rows of V) or V^T[r][k] (kARows).
+    const float* ak = kARows ? a + k : a + k * lda;
+    const std::int64_t ar = kARows ? lda : 1;
     if constexpr (kSkipZeros) {
       simd::Mask16 nz[NC];
       for (int n = 0; n < NC; ++n) nz[n] = simd::nonzero(bv[n]);
       for (int r = 0; r < R; ++r) {
-        const V16 ab = simd::set1(ak[r]);
+        const V16 ab = simd::set1(ak[r * ar]);
         for (int n = 0; n < NC; ++n) acc[r][n] = simd::fma_masked(nz[n], ab, bv[n], acc[r][n]);
       }
     } else {
       for (int r = 0; r < R; ++r) {
-        const V16 ab = simd::set1(ak[r]);
+        const V16 ab = simd::set1(ak[r * ar]);
         for (int n = 0; n < NC; ++n) acc[r][n] = simd::fma(ab, bv[n], acc[r][n]);
       }
     }
@@ -135,23 +139,27 @@ constexpr std::array<GemmFn<kAccumulate>, kMaxNC> gemm_row() {
   return {gemm_micro<R, 1, kAccumulate>, gemm_micro<R, 2, kAccumulate>, gemm_micro<R, 3, kAccumulate>,
           gemm_micro<R, 4, kAccumulate>};
 }
-template <int R, bool kSkipZeros, bool kAccumulate>
+template <int R, bool kSkipZeros, bool kAccumulate, bool kARows>
 constexpr std::array<ScaledAccFn, kMaxNC> scaled_row() {
-  return {scaled_acc<R, 1, kSkipZeros, kAccumulate>, scaled_acc<R, 2, kSkipZeros, kAccumulate>,
-          scaled_acc<R, 3, kSkipZeros, kAccumulate>, scaled_acc<R, 4, kSkipZeros, kAccumulate>};
+  return {
+      scaled_acc<R, 1, kSkipZeros, kAccumulate, kARows>, scaled_acc<R, 2, kSkipZeros, kAccumulate, kARows>,
+      scaled_acc<R, 3, kSkipZeros, kAccumulate, kARows>, scaled_acc<R, 4, kSkipZeros, kAccumulate, kARows>};
 }
 template <bool kAccumulate>
 inline constexpr std::array<std::array<GemmFn<kAccumulate>, kMaxNC>, kMaxR> kGemm = {
     gemm_row<1, kAccumulate>(), gemm_row<2, kAccumulate>(), gemm_row<3, kAccumulate>(),
     gemm_row<4, kAccumulate>(), gemm_row<5, kAccumulate>(), gemm_row<6, kAccumulate>()};
-template <bool kSkipZeros, bool kAccumulate>
+template <bool kSkipZeros, bool kAccumulate, bool kARows = false>
 inline constexpr std::array<std::array<ScaledAccFn, kMaxNC>, kMaxR> kScaledAccT = {
-    scaled_row<1, kSkipZeros, kAccumulate>(), scaled_row<2, kSkipZeros, kAccumulate>(),
-    scaled_row<3, kSkipZeros, kAccumulate>(), scaled_row<4, kSkipZeros, kAccumulate>(),
-    scaled_row<5, kSkipZeros, kAccumulate>(), scaled_row<6, kSkipZeros, kAccumulate>()};
+    scaled_row<1, kSkipZeros, kAccumulate, kARows>(), scaled_row<2, kSkipZeros, kAccumulate, kARows>(),
+    scaled_row<3, kSkipZeros, kAccumulate, kARows>(), scaled_row<4, kSkipZeros, kAccumulate, kARows>(),
+    scaled_row<5, kSkipZeros, kAccumulate, kARows>(), scaled_row<6, kSkipZeros, kAccumulate, kARows>()};
 inline constexpr const auto& kScaledAcc = kScaledAccT<false, false>;
 inline constexpr const auto& kScaledAccSkipZeros = kScaledAccT<true, false>;
 inline constexpr const auto& kAccumulateT = kScaledAccT<false, true>;
+// The same from V^T rows (a[r * lda + k]).
+inline constexpr const auto& kScaledAccRows = kScaledAccT<false, false, true>;
+inline constexpr const auto& kScaledAccRowsSkipZeros = kScaledAccT<true, false, true>;
 
 // c[e][16n + l] += sum_{k < K} a[k * lda + e] * b[k * ldb + 16n + l] for every e < rows (in
 // micro-tiles of up to kMaxR rows) and n < NC: the backward's dQ^T / dK^T / dV^T updates.

@@ -55,9 +55,25 @@ struct Ctx {
   PackedKv packed;
 };
 
+// AVX2: the f32 path's O^T update reads V^T tiles [Dv][bk], transposed once per kv tile and
+// task, instead of V's rows, where those rows are 4 KiB or more apart in place (H16 D128 f32:
+// 8 KiB). With V rows, each key step of the 6 x 16 micro-tile broadcasts its 6 values from a new
+// row: a new cache line per 12 ymm FMAs, and rows a multiple of 4 KiB apart share L1 sets. On one
+// Zen 5 core, a standalone loop over one tile at the forward's strides: the update from rows 8 KiB
+// apart 76 GFLOP/s, from contiguous rows 92, from V^T rows 110 (the Q K^T product 108). In the
+// forward (2 threads, B1 H16 T2048 D128 f32 non-causal): +15% at 8 KiB; at 2 KiB (Hkv 4) and for
+// f16 / bf16 (widened into contiguous rows) the same within noise, or a few % slower (the transpose's
+// cost): not transposed there. AVX-512's 6 x 64 tile does twice the FMAs per row and ran at 200
+// either way: no transpose there.
+inline constexpr bool kVTransposed = ATTNOPS_TIER_LEVEL == 1;
+inline constexpr i64 kVTransposeMinStrideBytes = 4096;
+inline bool transposes_v(const AttentionProblem& p) {
+  return kVTransposed && p.dtype == DType::f32 && p.v.stride(1) * 4 >= kVTransposeMinStrideBytes;
+}
+
 // Per-thread scratch, sized for one path; allocated once per call.
 struct Scratch {
-  AlignedArray<float> qt, st, ot, kpack_f, vpack_f, row, m, l, alpha;
+  AlignedArray<float> qt, st, ot, kpack_f, vpack_f, vt_f, row, m, l, alpha;
   AlignedArray<std::uint16_t> qp, pp, vpack_h;
   AlignedArray<std::int32_t> segq;
   Scratch(const Ctx& x, Path path) {
@@ -71,6 +87,7 @@ struct Scratch {
     ot = aligned_array<float>(x.ot_rows * x.bqp);
     kpack_f = aligned_array<float>(convert ? x.bk * p.D : 0);
     vpack_f = aligned_array<float>(convert ? x.bk * p.Dv : 0);
+    vt_f = aligned_array<float>(path == Path::f32 && transposes_v(p) ? p.Dv * x.bk : 0);
     vpack_h = aligned_array<std::uint16_t>(path == Path::bf16_dot ? round_up(x.bk, 2) * p.Dv : 0);
     row = aligned_array<float>(std::max(p.D, p.Dv));
     m = aligned_array<float>(x.bqp);
@@ -86,6 +103,9 @@ struct TileOperands {
   // f32: K [nc][D] and V [nc][Dv] rows (in place with the view's row stride, or widened copies)
   const float *kf = nullptr, *vf = nullptr;
   i64 ldk = 0, ldv = 0;
+  // f32 where transposes_v: V^T [Dv][nc] (row stride ldvt_f), the tile's V transposed
+  const float* vt_f = nullptr;
+  i64 ldvt_f = 0;
   // bf16 dot: K rows in place (bf16, row stride ldk); V pairs [ceil(nc/2)][Dv][2]
   const std::uint16_t *kh = nullptr, *vh = nullptr;
   // amx: packed K rows from key j0 (row stride ldkp) and V^T from key j0 (row stride ldvt)

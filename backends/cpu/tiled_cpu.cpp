@@ -68,6 +68,21 @@ inline Mask16 bits16(const std::uint64_t* col, i64 l0) {
 // conversion work covers a DRAM access.
 constexpr i64 kPrefetchRows = 16;
 
+#if ATTNOPS_TIER_LEVEL == 1
+// vt[e * ldt + c] = v[c * ldv + e] for c < nc, e < Dv (tiled::kVTransposed): 8 x 8 blocks,
+// scalar edges.
+void transpose_v(const float* v, i64 ldv, i64 nc, i64 Dv, float* vt, i64 ldt) {
+  const i64 nc8 = nc / 8 * 8, dv8 = Dv / 8 * 8;
+  for (i64 c = 0; c < nc8; c += 8) {
+    for (i64 e = 0; e < dv8; e += 8) simd::avx2::transpose8x8(v + c * ldv + e, ldv, vt + e * ldt + c, ldt);
+    for (i64 e = dv8; e < Dv; ++e)
+      for (i64 k = c; k < c + 8; ++k) vt[e * ldt + k] = v[k * ldv + e];
+  }
+  for (i64 c = nc8; c < nc; ++c)
+    for (i64 e = 0; e < Dv; ++e) vt[e * ldt + c] = v[c * ldv + e];
+}
+#endif
+
 // One kv tile's K and V in the layout of path P.
 template <Path P>
 tiled::TileOperands tile_operands(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 kh, i64 j0, i64 nc) {
@@ -100,6 +115,14 @@ tiled::TileOperands tile_operands(const tiled::Ctx& x, tiled::Scratch& s, i64 b,
       t.ldk = p.D;
       t.ldv = p.Dv;
     }
+#if ATTNOPS_TIER_LEVEL == 1
+    static_assert(tiled::kVTransposed);
+    if (tiled::transposes_v(p)) {
+      transpose_v(t.vf, t.ldv, nc, p.Dv, s.vt_f.get(), x.bk);
+      t.vt_f = s.vt_f.get();
+      t.ldvt_f = x.bk;
+    }
+#endif
   } else if constexpr (P == Path::bf16_dot) {
     t.kh = reinterpret_cast<const std::uint16_t*>(at(p.k, b, j0, kh));
     t.ldk = p.k.stride(1);
@@ -291,11 +314,17 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
       // p.guard_nonfinite_v: weight-0 lanes are skipped, so a masked key's NaN / inf value
       // cannot reach them through 0 x inf (the bf16 paths are not taken then, tiled_forward).
       if constexpr (P == Path::f32) {
-        const auto& pv = p.guard_nonfinite_v ? micro::kScaledAccSkipZeros : micro::kScaledAcc;
+        // From V rows (a[k * ldv + e]) or, on AVX2, V^T rows (a[e * ldvt_f + k]).
+        const bool vt = tiled::kVTransposed && t.vt_f;
+        const bool guard = p.guard_nonfinite_v;
+        const auto& pv = vt ? (guard ? micro::kScaledAccRowsSkipZeros : micro::kScaledAccRows)
+                            : (guard ? micro::kScaledAccSkipZeros : micro::kScaledAcc);
+        const float* va = vt ? t.vt_f + c_lo : t.vf + c_lo * t.ldv;
+        const i64 lda = vt ? t.ldvt_f : t.ldv, e_step = vt ? t.ldvt_f : 1;
         for (i64 e0 = 0, rows = 0; e0 < Dv; e0 += rows) {
           const int R = micro::tile_rows(Dv - e0);
           rows = R;
-          pv[R - 1][NC - 1](t.vf + c_lo * t.ldv + e0, t.ldv, st + c_lo * bqp + n0 * 16, bqp, c_hi - c_lo,
+          pv[R - 1][NC - 1](va + e0 * e_step, lda, st + c_lo * bqp + n0 * 16, bqp, c_hi - c_lo,
                             alpha + n0 * 16, ot + e0 * bqp + n0 * 16, bqp);
         }
       } else if constexpr (P == Path::bf16_dot) {

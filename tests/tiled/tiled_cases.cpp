@@ -95,6 +95,15 @@ std::vector<KernelCase> explicit_cases() {
   for (std::int64_t g : {2, 4, 8, 16})
     add("gqa_" + std::to_string(g), shape(1, 40, 64, 16, 16 / g, 32), 16, 32, none);
   add("tq_gt_tk_causal", shape(1, 90, 30, 1, 1, 32), 32, 32, none);
+  // V rows >= 4 KiB apart in place (Hkv * Dv * 4 bytes): the AVX2 tier reads V^T tiles
+  // (tiled_common.h, transposes_v); Dv and the last tile's keys not multiples of 8 (the
+  // transpose's scalar edges).
+  add("v_rows_4k_apart", shape(1, 77, 133, 16, 16, 40), 32, 48, [](CaseSpec& s) { s.Dv = 68; });
+  add("v_rows_8k_apart_window_sinks", shape(1, 90, 100, 32, 16, 128), 64, 37, [](CaseSpec& s) {
+    s.causal = false;
+    s.window = Window{40, 9};
+    s.sinks = true;
+  });
   add("decode_row", shape(1, 1, 300, 8, 2, 64), 128, 128, none);
   add("single_key", shape(1, 20, 1, 1, 1, 16), 8, 8, [](CaseSpec& s) { s.causal = false; });
   add("prefill_after_cache", shape(1, 50, 600, 2, 1, 64), 64, 128, none);

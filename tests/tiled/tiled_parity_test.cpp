@@ -93,7 +93,9 @@ TEST_P(TiledParity, NativeAndCpuMatchOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Explicit, TiledParity, ::testing::ValuesIn(tiled_test::explicit_cases()),
                          [](const auto& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(Random, TiledParity, ::testing::ValuesIn(tiled_test::random_cases(testing::random_case_count(140), 20261122)),
+INSTANTIATE_TEST_SUITE_P(Random, TiledParity,
+                         ::testing::ValuesIn(tiled_test::random_cases(testing::random_case_count(140),
+                                                                      20261122)),
                          [](const auto& info) { return info.param.name; });
 
 // Outer strides that are not the contiguous ones (q heads sliced out of a wider tensor, k / v
@@ -124,6 +126,26 @@ TEST(TiledStrides, SlicedViewsMatchOracle) {
       AttentionBuffers fast = allocate_buffers(p);
       cpu::tiled_attention(p, map, fast, tier);
       EXPECT_TRUE(matches_oracle(p, ref, fast)) << dtype_name(dt) << " " << testing::tier_label(tier);
+    }
+  }
+}
+
+// The guarded re-run of the non-finite policy (p.guard_nonfinite_v: weight-0 lanes of P skipped in
+// the O update) on finite inputs gives the plain result, on V rows read in place and, at >= 4 KiB
+// apart, as AVX2's V^T tiles.
+TEST(TiledGuard, GuardedRunMatchesOracleOnNarrowAndWideVRows) {
+  for (const std::int64_t Hkv : {2, 16}) {
+    CaseSpec spec;
+    spec.B = 1, spec.Tq = 61, spec.Tk = 83, spec.Hq = 16, spec.Hkv = Hkv, spec.D = 72;
+    const Case c = testing::make_case(spec, 31);
+    AttentionProblem p = testing::problem_for(c, 32, 48);
+    p.guard_nonfinite_v = true;
+    const BlockMap map = build_block_map(p.mask, p.Hq, p.Tq, p.Tk, 32, 48);
+    const native::ReferenceResult ref = native::reference_attention_f64(p, false);
+    for (const cpu::Isa tier : testing::cpu_tiers_to_test()) {
+      AttentionBuffers fast = allocate_buffers(p);
+      cpu::tiled_attention(p, map, fast, tier);
+      EXPECT_TRUE(matches_oracle(p, ref, fast)) << "Hkv " << Hkv << " " << testing::tier_label(tier);
     }
   }
 }
