@@ -39,16 +39,6 @@ inline constexpr int kRegR = 6, kRegNC = 1;
 inline constexpr int kRegR = 2, kRegNC = 1;
 #endif
 
-// Rows of the next micro-tile when `rest` rows (keys, or output dims) are left: kMaxR, except that
-// the last 7 or 8 rows go as 3 + 4 or 4 + 4 instead of 6 + 1 or 6 + 2. A 1- or 2-row tile keeps
-// too few accumulators to cover the FMA latency (2 / 4 ymm on AVX2: half the rate), and 128 =
-// 21 x 6 + 2 put such a tile in every 128-key tile and every 128-wide head. Which rows share a
-// tile does not change any result (each output streams the whole reduced axis in order).
-inline int tile_rows(std::int64_t rest) {
-  if (rest > kMaxR && rest < kMaxR + 3) return static_cast<int>(rest - 4);
-  return static_cast<int>(rest < kMaxR ? rest : kMaxR);
-}
-
 template <int R, int NC, bool kAccumulate>
 void gemm_micro(const float* a, std::int64_t lda, const float* b, std::int64_t ldb, std::int64_t K, float* c,
                 std::int64_t ldc) {

@@ -232,9 +232,8 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
         amx::qk(t, s.qp.get(), bqp, x.Dp, n0, NC, c_lo, c_hi, st);
 #endif
       } else {
-        for (i64 c0 = c_lo, rows = 0; c0 < c_hi; c0 += rows) {
-          const int R = micro::tile_rows(c_hi - c0);
-          rows = R;
+        for (i64 c0 = c_lo; c0 < c_hi; c0 += micro::kMaxR) {
+          const int R = static_cast<int>(std::min<i64>(micro::kMaxR, c_hi - c0));
           if (partial) {
             std::uint64_t any = 0;
             for (int r = 0; r < R; ++r)
@@ -321,17 +320,15 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
                             : (guard ? micro::kScaledAccSkipZeros : micro::kScaledAcc);
         const float* va = vt ? t.vt_f + c_lo : t.vf + c_lo * t.ldv;
         const i64 lda = vt ? t.ldvt_f : t.ldv, e_step = vt ? t.ldvt_f : 1;
-        for (i64 e0 = 0, rows = 0; e0 < Dv; e0 += rows) {
-          const int R = micro::tile_rows(Dv - e0);
-          rows = R;
+        for (i64 e0 = 0; e0 < Dv; e0 += micro::kMaxR) {
+          const int R = static_cast<int>(std::min<i64>(micro::kMaxR, Dv - e0));
           pv[R - 1][NC - 1](va + e0 * e_step, lda, st + c_lo * bqp + n0 * 16, bqp, c_hi - c_lo,
                             alpha + n0 * 16, ot + e0 * bqp + n0 * 16, bqp);
         }
       } else if constexpr (P == Path::bf16_dot) {
 #if ATTNOPS_TIER_LEVEL >= 3
-        for (i64 e0 = 0, rows = 0; e0 < Dv; e0 += rows) {
-          const int R = micro::tile_rows(Dv - e0);
-          rows = R;
+        for (i64 e0 = 0; e0 < Dv; e0 += micro::kMaxR) {
+          const int R = static_cast<int>(std::min<i64>(micro::kMaxR, Dv - e0));
           bf16::kPv[R - 1][NC - 1](t.vh + (c_a / 2 * Dv + e0) * 2, Dv, s.pp.get() + n0 * 32, bqp,
                                    (c_b - c_a) / 2, alpha + n0 * 16, ot + e0 * bqp + n0 * 16, bqp);
         }

@@ -195,9 +195,8 @@ void Task::run() const {
       if (a >= e) continue;
       if (!kr) kr = kv_rows(0, lo + j, bw, ldk);
       const int NC = static_cast<int>(std::min<i64>(micro::kMaxNC, Mp / 16 - k * micro::kMaxNC));
-      for (i64 c0 = a, rows = 0; c0 < e; c0 += rows) {
-        const int R = micro::tile_rows(e - c0);
-        rows = R;
+      for (i64 c0 = a; c0 < e; c0 += micro::kMaxR) {
+        const int R = static_cast<int>(std::min<i64>(micro::kMaxR, e - c0));
         micro::kGemm<false>[R - 1][NC - 1](kr + (c0 - j) * ldk, ldk, qt + k * 64, Mp, D,
                                            st + c0 * Mp + k * 64, Mp);
       }
@@ -283,9 +282,8 @@ void Task::run() const {
       if (!vr) vr = kv_rows(1, lo + j, bw, ldv);
       const int NC = static_cast<int>(std::min<i64>(micro::kMaxNC, Mp / 16 - k * micro::kMaxNC));
       const float* s = started[k] ? w.ones.get() : nullptr;
-      for (i64 e0 = 0, rows = 0; e0 < Dv; e0 += rows) {
-        const int R = micro::tile_rows(Dv - e0);
-        rows = R;
+      for (i64 e0 = 0; e0 < Dv; e0 += micro::kMaxR) {
+        const int R = static_cast<int>(std::min<i64>(micro::kMaxR, Dv - e0));
         pv[R - 1][NC - 1](vr + (a - j) * ldv + e0, ldv, st + a * Mp + k * 64, Mp, e - a, s,
                           ot + e0 * Mp + k * 64, Mp);
       }
