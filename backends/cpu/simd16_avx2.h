@@ -8,8 +8,6 @@
 
 #include <immintrin.h>
 
-#include <cstdint>
-
 namespace attnops::cpu::ATTNOPS_TIER_NS::simd {
 
 struct V16 {
@@ -51,25 +49,6 @@ inline __m256 exp8(__m256 a) {
   // 2^n for n in [-126, 127]: the exponent field built directly (normal numbers only).
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(e)), keep);
-}
-// dst[c * ldd + r] = src[r * lds + c] for an 8 x 8 block (the forward's V^T tiles, tiled_cpu.cpp).
-inline void transpose8x8(const float* src, std::int64_t lds, float* dst, std::int64_t ldd) {
-  __m256 r[8], t[8];
-  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
-  for (int i = 0; i < 8; i += 2) {
-    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 8; i += 4) {
-    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-  }
-  for (int i = 0; i < 4; ++i) {
-    _mm256_storeu_ps(dst + i * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
-    _mm256_storeu_ps(dst + (i + 4) * ldd, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
-  }
 }
 inline __m256 widen8(const std::uint16_t* p, bool bf16) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));

@@ -71,6 +71,9 @@ inline bool transposes_v(const AttentionProblem& p) {
   return kVTransposed && p.dtype == DType::f32 && p.v.stride(1) * 4 >= kVTransposeMinStrideBytes;
 }
 
+// Q rows converted per step of the Q^T block's transposition (tiled_cpu.cpp).
+inline constexpr i64 kQRows = 16;
+
 // Per-thread scratch, sized for one path; allocated once per call.
 struct Scratch {
   AlignedArray<float> qt, st, ot, kpack_f, vpack_f, vt_f, row, m, l, alpha;
@@ -89,7 +92,7 @@ struct Scratch {
     vpack_f = aligned_array<float>(convert ? x.bk * p.Dv : 0);
     vt_f = aligned_array<float>(path == Path::f32 && transposes_v(p) ? p.Dv * x.bk : 0);
     vpack_h = aligned_array<std::uint16_t>(path == Path::bf16_dot ? round_up(x.bk, 2) * p.Dv : 0);
-    row = aligned_array<float>(std::max(p.D, p.Dv));
+    row = aligned_array<float>(kQRows * std::max(p.D, p.Dv));
     m = aligned_array<float>(x.bqp);
     l = aligned_array<float>(x.bqp);
     alpha = aligned_array<float>(x.bqp);
