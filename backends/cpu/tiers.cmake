@@ -13,6 +13,7 @@ set(ATTNOPS_CPU_TIER_SOURCES
   ${CMAKE_CURRENT_LIST_DIR}/vanilla_cpu.cpp
   ${CMAKE_CURRENT_LIST_DIR}/vanilla_decode.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tiled_backward.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/tiled_backward_dkv.cpp
   ${CMAKE_CURRENT_LIST_DIR}/paged_stream.cpp
   ${CMAKE_CURRENT_LIST_DIR}/tier_table.cpp
   CACHE INTERNAL "sources compiled once per CPU tier")
