@@ -64,7 +64,9 @@ struct Ctx {
 // forward (2 threads, B1 H16 T2048 D128 f32 non-causal): +15% at 8 KiB; at 2 KiB (Hkv 4) and for
 // f16 / bf16 (widened into contiguous rows) the same within noise, or a few % slower (the transpose's
 // cost): not transposed there. AVX-512's 6 x 64 tile does twice the FMAs per row and ran at 200
-// either way: no transpose there.
+// either way: no transpose there. Tried: one transpose per call into a V-sized buffer (tiles
+// kept in this layout) instead of one per task: T2048 up to +10%, T4096 down 5%, in noisy runs;
+// not kept (it also costs V's size in memory).
 inline constexpr bool kVTransposed = ATTNOPS_TIER_LEVEL == 1;
 inline constexpr i64 kVTransposeMinStrideBytes = 4096;
 inline bool transposes_v(const AttentionProblem& p) {
