@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "cli/median_timer.h"
 #include "cli/progress.h"
 #include "cli/read_bandwidth.h"
 #include "cli/settings.h"
@@ -103,23 +104,12 @@ struct Result {
   double dense_ms = NAN, vs_dense = NAN, max_err = NAN;
 };
 
-// Median time per call of `f`, in ms: each sample repeats it until >= 20 ms (at most 1000 calls).
+// Median time per call of `f`, in ms, over `repeats` samples (cli/median_timer.h's, as the rows').
 template <class F>
 double median_ms(int repeats, F&& f) {
   std::vector<double> ms;
-  for (int i = 0; i < std::max(repeats, 1); ++i) {
-    const auto t0 = Clock::now();
-    int calls = 0;
-    double total = 0;
-    do {
-      f();
-      ++calls;
-      total = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    } while (total < 20 && calls < 1000);
-    ms.push_back(total / calls);
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  for (int i = 0; i < std::max(repeats, 1); ++i) ms.push_back(mean_call_ms(f));
+  return median_of(std::move(ms));
 }
 
 double max_abs_diff(const Tensor& a, const Tensor& b) {

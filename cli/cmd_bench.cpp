@@ -22,7 +22,6 @@
 // uploaded once as device tensors before timing (the output stays on the device), as a model keeping its
 // activations and KV cache on the GPU would call it.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -43,6 +42,7 @@
 #include "cli/commands.h"
 #include "cli/decision_text.h"
 #include "cli/inputs.h"
+#include "cli/median_timer.h"
 #include "cli/output_set.h"
 #include "cli/plot.h"
 #include "cli/progress.h"
@@ -122,10 +122,6 @@ void run_row(Row& row, const Config& base, const Overrides& threads, int repeats
   const auto forward = [&](const AttentionOptions& op) {
     return resident ? attn(dq, dk, dv, op) : attn(in.q, in.k, in.v, op);
   };
-  using Clock = std::chrono::steady_clock;
-  const auto elapsed_ms = [](Clock::time_point t0) {
-    return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-  };
   // Warm-up (allocations, pipelines, block maps); for a backward row, its forward's residuals.
   AttentionOutput r = forward(opts);
   const Tensor dout = backward ? random_tensor(row.dtype, r.attention_outputs.shape(), 8) : Tensor();
@@ -139,43 +135,24 @@ void run_row(Row& row, const Config& base, const Overrides& threads, int repeats
     }
   };
   if (backward) call();
-  // Each timed sample repeats the call until it has lasted >= kMinSampleMs (at most kMaxCalls
-  // calls), so that short calls are not rounded to the scheduler's time slice on a busy machine;
-  // the sample is the mean time per call.
-  constexpr double kMinSampleMs = 20;
-  constexpr int kMaxCalls = 1000;
+  // Each sample is the mean of enough calls to last >= 20 ms (cli/median_timer.h).
   constexpr int kSettleMs = 20;  // after the busy processes resume, before a loaded sample
-  const auto sample_ms = [&] {
-    const auto t0 = Clock::now();
-    int calls = 0;
-    double total = 0;
-    do {
-      call();
-      ++calls;
-      total = elapsed_ms(t0);
-    } while (total < kMinSampleMs && calls < kMaxCalls);
-    return total / calls;
-  };
-  const auto median = [](std::vector<double> ms) {
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
-  };
   std::vector<double> quiet, loaded;
   if (background_load <= 0) {
-    for (int i = 0; i < repeats; ++i) quiet.push_back(sample_ms());
+    for (int i = 0; i < repeats; ++i) quiet.push_back(mean_call_ms(call));
   } else {
     // Quiet and loaded samples alternate (the busy processes stopped for the quiet ones), so both
     // medians see the same machine within a sample's time of each other.
     BackgroundLoad load(background_load);
     for (int i = 0; i < repeats; ++i) {
       load.pause();
-      quiet.push_back(sample_ms());
+      quiet.push_back(mean_call_ms(call));
       load.resume(kSettleMs);
-      loaded.push_back(sample_ms());
+      loaded.push_back(mean_call_ms(call));
     }
-    row.loaded_ms = median(loaded);
+    row.loaded_ms = median_of(loaded);
   }
-  row.median_ms = median(quiet);
+  row.median_ms = median_of(quiet);
   row.ran = decision.op;
   row.backend = std::string(backend_name(decision.backend));
   row.kernel = decision.run.kernel;

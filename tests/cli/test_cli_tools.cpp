@@ -237,6 +237,24 @@ TEST(CliDemo, TimesTheMedianOfSeveralCallsAfterAWarmUp) {
   EXPECT_EQ(median_call_time<ScriptedClock>([&] {}, 3, 7, 1e9).calls, 7);
 }
 
+// A bench sample: the call repeated until the sample lasts >= 20 ms (so a 0.04 ms decode is not
+// one scheduler slice), at most max_calls times; the mean per call.
+TEST(CliBench, ASampleRepeatsTheCallUntilItLasts20MsAndReportsTheMean) {
+  ScriptedClock::steps = {0, 5.0, 5.0, 6.0, 5.0, 100.0};  // start, then the end of each call
+  ScriptedClock::next = 0;
+  ScriptedClock::now_ms = 0;
+  int calls = 0;
+  EXPECT_DOUBLE_EQ(mean_call_ms<ScriptedClock>([&] { ++calls; }), 21.0 / 4);
+  EXPECT_EQ(calls, 4);  // 5, 10, 16, 21 ms: the fourth reaches 20
+  ScriptedClock::steps.assign(100, 0.001);
+  ScriptedClock::next = 0;
+  calls = 0;
+  (void)mean_call_ms<ScriptedClock>([&] { ++calls; }, 20, 7);
+  EXPECT_EQ(calls, 7);
+  EXPECT_DOUBLE_EQ(median_of({3, 1, 2}), 2);
+  EXPECT_DOUBLE_EQ(median_of({4, 1, 3, 2}), 3);
+}
+
 TEST(CliDemo, ShowsEachFallbackAndSmallErrors) {
   const CliResult r = run_cli({"demo"});
   EXPECT_EQ(r.signal, 0);
