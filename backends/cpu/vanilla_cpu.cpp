@@ -64,7 +64,11 @@ const char* row_ptr(const TensorView& x, i64 b, i64 t, i64 h) {
 }
 
 struct Scratch {
-  AlignedArray<float> qt, st, ot, kv, ones, row;
+  AlignedArray<float> qt, st, ot, kv, row;
+  // [lanes] all 1: the O^T update's per-lane factor for "add to the accumulator". Never written:
+  // a task's lanes may be fewer than the plan's, so nothing may live beyond a task's own Mp here.
+  AlignedArray<float> ones;
+  AlignedArray<float> factor;       // [lanes] 1 / denominator per lane, written by each task
   AlignedArray<float> lo, hi;       // [Mp] each lane's visible range, as floats (exact below 2^24)
   AlignedArray<std::int32_t> segq;  // [Mp]
   AlignedArray<float> bias_lane;    // [16] one key's bias for 16 lanes
@@ -88,8 +92,9 @@ Scratch make_scratch(const AttentionProblem& p, const VanillaPlan& pl) {
   w.st = aligned_array<float>(n * Mp);
   w.ot = aligned_array<float>(p.Dv * Mp);
   w.kv = aligned_array<float>(p.dtype == DType::f32 ? 0 : pl.convert_rows * widest);
-  w.ones = aligned_array<float>(2 * Mp);  // Mp ones, then the per-lane factors
+  w.ones = aligned_array<float>(Mp);
   std::fill(w.ones.get(), w.ones.get() + Mp, 1.f);
+  w.factor = aligned_array<float>(Mp);
   w.row = aligned_array<float>(widest);
   w.lo = aligned_array<float>(Mp);
   w.hi = aligned_array<float>(Mp);
@@ -207,7 +212,7 @@ void Task::run() const {
   const bool cap = p.soft_cap.has_value();
   const float capf = cap ? static_cast<float>(*p.soft_cap) : 1.f;
   const V16 capv = simd::set1(capf), inv_capv = simd::set1(1.f / capf);
-  float* factor = w.ones.get() + Mp;  // [Mp] after the ones
+  float* factor = w.factor.get();
   for (i64 v = 0; v < Mp / 16; ++v) {
     const i64 l0 = v * 16, k = v / micro::kMaxNC;
     const V16 vlo = simd::load(w.lo.get() + l0), vhi = simd::load(w.hi.get() + l0);

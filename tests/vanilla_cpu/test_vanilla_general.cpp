@@ -32,12 +32,14 @@ CaseSpec random_prefill_spec(std::uint64_t seed) {
   s.Hq = s.Hkv * kGroups[pick(0, 3)];
   s.D = kHeadDims[pick(0, 7)];
   s.Dv = pick(0, 2) == 0 ? kHeadDims[pick(0, 7)] : -1;
-  s.Tq = pick(5, 140);
-  s.Tk = pick(0, 3) == 0 ? s.Tq : pick(1, 170);  // Tq > Tk causal gives fully masked rows
+  // Up to ~2.5 key blocks (256 keys) and q-row tails after full 128-row chunks, so that tasks of
+  // different widths run on one thread over several key blocks.
+  s.Tq = pick(5, 300);
+  s.Tk = pick(0, 3) == 0 ? s.Tq : pick(1, 640);  // Tq > Tk causal gives fully masked rows
   s.dtype = kDtypes[seed % 3];
   apply_mask_kind(s, static_cast<MaskKind>(seed % static_cast<int>(MaskKind::count)), rng);
   apply_random_features(s, rng);
-  fit_budget(s, 1.2e7, 5);
+  fit_budget(s, 3e7, 5);
   return s;
 }
 
@@ -52,6 +54,19 @@ TEST_P(VanillaGeneralRandom, MatchesOracleWithOneAndTwoThreads) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, VanillaGeneralRandom, ::testing::Range(0, random_case_count(150)));
+
+// A narrow task (a q-row tail) then a wide one on the same thread, each over more keys than one
+// key block: the O^T update's "add" factors in per-thread scratch must not keep the narrow task's
+// 1 / denominators (1 call in 5 of ordinary shapes was wrong that way).
+TEST(VanillaGeneral, NarrowThenWideTasksOnOneThreadOverSeveralKeyBlocks) {
+  for (DType dt : kDtypes)
+    for (bool causal : {false, true}) {
+      const CaseSpec s = shape_spec(2, 300, 300, 4, 4, 32, dt, causal);
+      const Case c = make_case(s, 101);
+      AttentionProblem p = problem_for(c);
+      expect_all_tiers_match(p, {1, 2, 3}, c.describe());
+    }
+}
 
 // Large logits (q scaled by 12) stress the max subtraction of the softmax.
 TEST(VanillaGeneral, LargeLogitsStayAccurate) {
