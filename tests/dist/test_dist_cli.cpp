@@ -36,6 +36,13 @@ Result shell(const std::string& command, const TempDir& dir) {
   return r;
 }
 
+// The program under test: this build's, or ATTNOPS_TEST_CLI's (e.g. main's, to see a new test
+// fail before its fix).
+std::string cli() {
+  const char* other = std::getenv("ATTNOPS_TEST_CLI");
+  return other != nullptr && *other != '\0' ? other : ATTNOPS_CLI;
+}
+
 std::string mpiexec(int np) {
   return std::string(ATTNOPS_MPIEXEC) + " -n " + std::to_string(np) + " " + ATTNOPS_MPIEXEC_FLAGS + " ";
 }
@@ -52,7 +59,7 @@ struct Files {
   // The common flags and the outputs with `tag` in their names.
   std::string args(const std::string& op, const std::string& tag, const std::string& extra = "") const {
     const auto f = [&](const char* n) { return dir.file(std::string(n) + tag + ".npy"); };
-    return std::string(ATTNOPS_CLI) + " run --op " + op + " --q " + dir.file("q.npy") + " --k " +
+    return cli() + " run --op " + op + " --q " + dir.file("q.npy") + " --k " +
            dir.file("k.npy") + " --v " + dir.file("v.npy") + " --sinks " + dir.file("s.npy") + " --dout " +
            dir.file("g.npy") + " --backend cpu --threads 1 --out " + f("o") + " --lse-out " + f("l") +
            " --dq-out " + f("dq") + " --dk-out " + f("dk") + " --dv-out " + f("dv") + " --dsinks-out " +
@@ -112,7 +119,7 @@ TEST(DistCli, ErrorsExitTwoOnEveryRankAndWriteNothing) {
   struct stat st;
   EXPECT_NE(::stat(f.dir.file("o_bad.npy").c_str(), &st), 0) << "an output was written";
   // A missing input file: rank 0's error, every rank exits.
-  r = shell(mpiexec(2) + std::string(ATTNOPS_CLI) + " run --op ring --q " + f.dir.file("nope.npy") + " --k " +
+  r = shell(mpiexec(2) + cli() + " run --op ring --q " + f.dir.file("nope.npy") + " --k " +
                 f.dir.file("k.npy") + " --v " + f.dir.file("v.npy") + " --out " + f.dir.file("o_bad.npy"),
             f.dir);
   EXPECT_EQ(r.status, 2) << r.err;
@@ -121,7 +128,7 @@ TEST(DistCli, ErrorsExitTwoOnEveryRankAndWriteNothing) {
 
 TEST(DistCli, BenchRunsAndProjects) {
   TempDir dir;
-  const Result r = shell(mpiexec(2) + ATTNOPS_CLI +
+  const Result r = shell(mpiexec(2) + cli() +
                              " bench --distributed --shapes 1,2,128,16 --repeats 1 --ops ring,ulysses "
                              "--project --project-tokens 65536 --csv " +
                              dir.file("b.csv"),
