@@ -1,6 +1,11 @@
 """Serving from Python: a paged KV cache, ragged batches, plans and merge_states, against the float64
 reference applied per sequence (reference.attention with Tq = q_len, Tk = kv_len), on native and cpu.
 Tolerances per dtype are the dense ones (reference.TOLERANCE)."""
+import os
+import subprocess
+import tempfile
+import sys
+
 import numpy as np
 import pytest
 
@@ -144,3 +149,44 @@ def test_bad_input_is_a_typed_error_naming_the_argument_and_writes_nothing():
         OP.paged(q, cache, (1, 2))
     with pytest.raises(TypeError, match="PagedKVCache"):
         OP.paged(q, "cache", ok)
+
+
+def read_only_pools(shape):
+    """Arrays a cache cannot write into: a read-only copy, a bytes buffer, a broadcast view."""
+    n = int(np.prod(shape))
+    frozen = np.zeros(shape, np.float32)
+    frozen.flags.writeable = False
+    return {
+        "flag": frozen,
+        "bytes": np.frombuffer(bytes(4 * n), np.float32).reshape(shape),
+        "memoryview": memoryview(bytes(4 * n)).cast("B").cast("f", list(shape)),
+        "broadcast_to": np.broadcast_to(np.float32(0), shape),
+    }
+
+
+def test_wrap_refuses_read_only_pools_naming_them():
+    shape = (4, 2, 1, 4)
+    ok = np.zeros(shape, np.float32)
+    for pool in read_only_pools(shape).values():
+        with pytest.raises(attnops.InvalidArgument, match="k_pages.*read-only"):
+            attnops.PagedKVCache.wrap(pool, ok)
+        with pytest.raises(attnops.InvalidArgument, match="v_pages.*read-only"):
+            attnops.PagedKVCache.wrap(ok, pool)
+    # a read-only memory map crashed the interpreter at write(); in a child, so that a crash is a failure
+    child = """
+import sys, numpy as np, attnops
+np.save(sys.argv[1], np.zeros((4, 2, 1, 4), np.float32))
+k = np.load(sys.argv[1], mmap_mode="r")
+try:
+    cache = attnops.PagedKVCache.wrap(k, np.zeros((4, 2, 1, 4), np.float32))
+    cache.write(np.ones((1, 1, 4), np.float32), np.ones((1, 1, 4), np.float32), np.array([0]))
+    print("written")
+except attnops.InvalidArgument as e:
+    print("refused:", e)
+"""
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run([sys.executable, "-c", child, os.path.join(d, "k.npy")], capture_output=True, text=True,
+                           env=dict(os.environ), timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert r.stdout.startswith("refused: k_pages"), r.stdout + r.stderr
+
