@@ -107,7 +107,7 @@ PagedCallArgs parse_paged_args(const py::kwargs& kwargs) {
   if (kwargs)
     for (auto [key, value] : kwargs) {
       if (std::string(py::str(key)) == "kv_split_tokens") {
-        if (!value.is_none()) split = value.cast<std::int64_t>();
+        if (!value.is_none()) split = as_int(value, "kv_split_tokens");
       } else {
         rest[key] = value;
       }

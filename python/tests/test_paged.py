@@ -190,3 +190,24 @@ except attnops.InvalidArgument as e:
     assert r.returncode == 0, (r.returncode, r.stderr)
     assert r.stdout.startswith("refused: k_pages"), r.stdout + r.stderr
 
+
+def test_paged_arguments_out_of_range_or_of_the_wrong_type_are_typed_errors():
+    cache = attnops.PagedKVCache.host(4, 4, 1, 8)
+    row = np.array([0, 1], np.int32)
+    for kv_len in (2**63 - 1, 2**40 + 1):
+        with pytest.raises(attnops.InvalidArgument, match="^kv_len"):
+            cache.gather(row, kv_len)
+    q = np.ones((2, 2, 8), np.float32)
+    batch = attnops.RaggedBatch(np.array([0, 2], np.int32), np.array([4], np.int32), np.zeros((1, 1), np.int32))
+    for bad in ("16", 16.0, [16]):
+        with pytest.raises(TypeError, match="kv_split_tokens"):
+            OP.paged(q, cache, batch, kv_split_tokens=bad)
+        with pytest.raises(TypeError, match="kv_split_tokens"):
+            attnops.plan_paged(batch, cache, num_tokens=2, num_q_heads=2, kv_split_tokens=bad)
+    assert OP.paged(q, cache, batch, kv_split_tokens=np.int64(16)).out.shape == (2, 2, 8)
+    minus5 = attnops.RaggedBatch(np.array([0, 2], np.int32), np.array([4], np.int32), np.zeros((1, 1), np.int32),
+                                 num_seqs=-5)
+    with pytest.raises(attnops.InvalidArgument, match="num_seqs"):
+        OP.paged(q, cache, minus5)
+    with pytest.raises(attnops.InvalidArgument, match="num_seqs"):
+        attnops.plan_paged(minus5, cache, num_tokens=2, num_q_heads=2)

@@ -125,6 +125,20 @@ TEST(PagedCli, BadInputsExitTwoAndWriteNothing) {
   EXPECT_THAT(e.err, HasSubstr("--k is required"));
 }
 
+// --num-seqs counts sequences: -1 (the default) means all, any other negative is refused.
+TEST(PagedCli, NegativeNumSeqsIsRefused) {
+  PagedCaseSpec s;
+  s.q_lens = {1, 2}, s.kv_lens = {10, 4};
+  const PagedCase c = make_paged_case(s);
+  const Files f(c);
+  const CliResult r = run_cli(f.args({"--num-seqs", "-5", "--backend", "cpu"}));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("error: --num-seqs: "));
+  EXPECT_FALSE(exists(f.out));
+  const CliResult all = run_cli(f.args({"--num-seqs", "-1", "--backend", "cpu"}));
+  EXPECT_EQ(all.exit_code, 0) << all.err;
+}
+
 TEST(PagedCli, BenchServingRows) {
   TempDir dir;
   cli::testing::write_file(
