@@ -115,6 +115,10 @@ pid_t start_child(const std::vector<std::string>& args, const CliOptions& o, con
     const rlimit lim{static_cast<rlim_t>(o.file_size_limit), static_cast<rlim_t>(o.file_size_limit)};
     if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(127);
   }
+  if (o.address_space_limit >= 0) {
+    const rlimit lim{static_cast<rlim_t>(o.address_space_limit), static_cast<rlim_t>(o.address_space_limit)};
+    if (::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(127);
+  }
   for (const int sig : {SIGINT, SIGTERM, SIGPIPE, SIGXFSZ}) ::signal(sig, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
