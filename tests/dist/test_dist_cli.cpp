@@ -91,6 +91,34 @@ TEST(DistCli, OneRankIsTheLocalOperatorBitwise) {
   }
 }
 
+// `attnops info` lists the distributed operators and how they run (under mpirun in an MPI build),
+// in its table and in its JSON.
+TEST(DistCli, InfoListsRingAndUlyssesAndHowTheyRun) {
+  TempDir dir;
+  const Result text = shell(cli() + " info", dir);
+  ASSERT_EQ(text.status, 0) << text.err;
+  const std::string out = testing::read_file(dir.file("stdout.txt"));
+  const bool mpi = ATTNOPS_TEST_MPI;
+  for (const char* op : {"ring", "ulysses"}) {
+    const std::string line = [&] {
+      std::istringstream in(out);
+      for (std::string l; std::getline(in, l);)
+        if (l.rfind(std::string("  ") + op + " ", 0) == 0) return l;
+      return std::string();
+    }();
+    ASSERT_FALSE(line.empty()) << op << " missing in:\n" << out;
+    EXPECT_NE(line.find(mpi ? "mpirun -np P attnops run --op " + std::string(op) : "one process"),
+              std::string::npos)
+        << line;
+  }
+  const Result json = shell(cli() + " info --json", dir);
+  ASSERT_EQ(json.status, 0) << json.err;
+  const std::string doc = testing::read_file(dir.file("stdout.txt"));
+  for (const char* key : {"\"distributed_operators\"", "\"operator\": \"ring\"", "\"operator\": \"ulysses\"",
+                          mpi ? "\"mpi\": true" : "\"mpi\": false"})
+    EXPECT_NE(doc.find(key), std::string::npos) << key << " missing in:\n" << doc;
+}
+
 #if ATTNOPS_TEST_MPI
 TEST(DistCli, TwoRanksUnderMpiexecMatchOneProcess) {
   Files f;
