@@ -251,9 +251,11 @@ std::string run_serving_bench(const BenchSpec& spec, const Config& config, int t
   bar.finish();
 
   char line[512];
-  std::snprintf(line, sizeof line,
-                "# serving rows (ragged_paged); read bandwidth %.1f GB/s (%.0f MiB, %d threads, same run)\n",
-                bw.gbps, bw.mib, bw.threads);
+  std::snprintf(
+      line, sizeof line,
+      "# serving rows (ragged_paged); read bandwidth %.1f GB/s (best of %d passes over %.0f MiB, %d "
+      "threads, %s loop, same run)\n",
+      bw.gbps, std::max(spec.repeats, 3), bw.mib, bw.threads, bw.isa.c_str());
   out << line;
   std::snprintf(line, sizeof line,
                 "%-14s %-6s %-7s %-11s %5s %6s %9s %5s %-5s %10s %8s %11s %8s %7s %8s %9s %8s %9s  %s\n",
@@ -276,7 +278,11 @@ std::string run_serving_bench(const BenchSpec& spec, const Config& config, int t
   }
   if (!want_json) return {};
   nlohmann::json j;
-  j["read_bandwidth"] = {{"gbps", bw.gbps}, {"mib", bw.mib}, {"threads", bw.threads}};
+  j["read_bandwidth"] = {{"gbps", bw.gbps},
+                         {"gbps_per_cpu_second", bw.gbps_per_cpu_second},
+                         {"mib", bw.mib},
+                         {"threads", bw.threads},
+                         {"isa", bw.isa}};
   j["rows"] = nlohmann::json::array();
   auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   for (const Result& r : rows)

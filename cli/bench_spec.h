@@ -10,7 +10,8 @@
 //   repeats: 3                                  # timed runs per row (the median is reported)
 //   sgemm: 1024                                 # size n of the n x n x n Eigen SGEMM row; 0 = none
 //   serving: [...]                              # paged serving rows (cli/bench_serving_spec.h)
-//   read_bandwidth_mib: 512                     # array the serving rows' read-bandwidth loop sums
+//   read_bandwidth_mib: 1024                    # buffer the serving rows' read-bandwidth loop reads
+//                                               # (default: max(256 MiB, 4 x the last-level cache))
 #pragma once
 
 #include <cstdint>
@@ -39,7 +40,8 @@ struct BenchSpec {
   int repeats = 3;
   int sgemm = 1024;
   std::vector<ServingRowSpec> serving;  // ragged batches over a paged cache (cli/bench_serving.h)
-  int read_bandwidth_mib = 512;         // the serving rows' yardstick (cli/read_bandwidth.h)
+  int read_bandwidth_mib = 0;           // the serving rows' yardstick's buffer (cli/read_bandwidth.h);
+                                        // 0: sized from the last-level cache
 };
 
 // "B,H,T,D[,Hkv]" with T = "Tq" or "Tq:Tk". Error(invalid_argument) naming the text otherwise.
