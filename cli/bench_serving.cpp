@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "cli/progress.h"
 #include "cli/read_bandwidth.h"
 #include "cli/settings.h"
+#include "core/printable.h"
 
 namespace attnops::cli {
 
@@ -65,6 +67,12 @@ ServingBatch make_serving_batch(const ServingRowSpec& r, i64 page_size, DType dt
     b.pairs += static_cast<double>(ql[si]) * static_cast<double>(kv[si]) -
                static_cast<double>(ql[si]) * static_cast<double>(ql[si] - 1) / 2;  // causal
   }
+  // Checked before anything of the row's size is allocated (page ids are int32).
+  if (static_cast<std::uint64_t>(pages) > kMaxServingPages)
+    throw Error(ErrorCode::invalid_argument, "serving row '" + printable(r.label, 100) + "' page " +
+                                                 std::to_string(page_size) + ": " + std::to_string(pages) +
+                                                 " pages, more than the " + std::to_string(kMaxServingPages) +
+                                                 " an int32 page table can index");
   // Pages handed out in a random order, as an engine's free list does after a while.
   std::vector<std::int32_t> ids(static_cast<std::size_t>(pages));
   for (i64 i = 0; i < pages; ++i) ids[static_cast<std::size_t>(i)] = static_cast<std::int32_t>(i);
@@ -236,14 +244,18 @@ std::string run_serving_bench(const BenchSpec& spec, const Config& config, int t
       run_row(rows[i], *specs[i], config, over, spec.repeats, bw.gbps);
     } catch (const Error& e) {  // one failing row must not lose the rest
       rows[i].error = std::string(error_code_name(e.code())) + ": " + e.what();
+    } catch (const std::bad_alloc&) {  // a std::vector of the row's size past what the process may have
+      rows[i].error = "out_of_memory: the row's host allocations failed";
     }
   }
   bar.finish();
 
   char line[512];
-  std::snprintf(line, sizeof line,
-                "# serving rows (ragged_paged); read bandwidth %.1f GB/s (%.0f MiB, %d threads, same run)\n",
-                bw.gbps, bw.mib, bw.threads);
+  std::snprintf(
+      line, sizeof line,
+      "# serving rows (ragged_paged); read bandwidth %.1f GB/s (best of %d passes over %.0f MiB, %d "
+      "threads, %s loop, same run)\n",
+      bw.gbps, std::max(spec.repeats, 3), bw.mib, bw.threads, bw.isa.c_str());
   out << line;
   std::snprintf(line, sizeof line,
                 "%-14s %-6s %-7s %-11s %5s %6s %9s %5s %-5s %10s %8s %11s %8s %7s %8s %9s %8s %9s  %s\n",
@@ -266,7 +278,11 @@ std::string run_serving_bench(const BenchSpec& spec, const Config& config, int t
   }
   if (!want_json) return {};
   nlohmann::json j;
-  j["read_bandwidth"] = {{"gbps", bw.gbps}, {"mib", bw.mib}, {"threads", bw.threads}};
+  j["read_bandwidth"] = {{"gbps", bw.gbps},
+                         {"gbps_per_cpu_second", bw.gbps_per_cpu_second},
+                         {"mib", bw.mib},
+                         {"threads", bw.threads},
+                         {"isa", bw.isa}};
   j["rows"] = nlohmann::json::array();
   auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   for (const Result& r : rows)

@@ -120,6 +120,31 @@ std::uint64_t bench_row_bytes(const BenchShape& s, DType dtype, Pass pass) {
   return add_sat(add_sat(mul_sat(mul_sat(qo, copies), es), mul_sat(mul_sat(kv, copies), es)), lse);
 }
 
+std::uint64_t serving_row_pages(const ServingRowSpec& r, std::int64_t page_size) {
+  const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(std::max<std::int64_t>(x, 0)); };
+  const std::uint64_t per_seq = u(r.kv_max) / u(page_size) + (u(r.kv_max) % u(page_size) != 0);
+  return mul_sat(u(r.seqs), per_seq);
+}
+
+std::uint64_t serving_row_bytes(const ServingRowSpec& r, std::int64_t page_size, DType dtype) {
+  const auto u = [](std::int64_t x) { return static_cast<std::uint64_t>(std::max<std::int64_t>(x, 0)); };
+  const std::uint64_t es = dtype_size(dtype), pages = serving_row_pages(r, page_size);
+  // Page ids three times (the shuffled free list, the page table, the plan's copy) and the pools.
+  const std::uint64_t ids = mul_sat(pages, 3 * sizeof(std::int32_t));
+  const std::uint64_t pools =
+      mul_sat(mul_sat(mul_sat(mul_sat(pages, u(page_size)), u(r.Hkv)), mul_sat(u(r.D), 2)), es);
+  // q and out: at most q_len (or prefill q_len) rows per sequence, never more than its keys.
+  const std::uint64_t rows =
+      mul_sat(u(r.seqs), std::min(u(r.kv_max), std::max(u(r.q_len), u(r.prefill_q_len))));
+  const std::uint64_t qo = mul_sat(mul_sat(mul_sat(rows, u(r.Hq)), u(r.D)), mul_sat(es, 2));
+  // compare: dense gathers the keys and values into dense tensors (seqs is 1 there).
+  const std::uint64_t dense =
+      r.compare_dense
+          ? mul_sat(mul_sat(mul_sat(mul_sat(u(r.seqs), u(r.kv_max)), u(r.Hkv)), mul_sat(u(r.D), 2)), es)
+          : 0;
+  return add_sat(add_sat(ids, pools), add_sat(qo, dense));
+}
+
 std::uint64_t physical_memory_bytes() {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   if (pages <= 0 || page <= 0) return std::numeric_limits<std::uint64_t>::max();  // unknown: no limit
@@ -158,6 +183,22 @@ void check_bench_size(const BenchSpec& spec, std::size_t ops, std::uint64_t memo
                           std::string(pass_name(p)) + " needs at least " + human_bytes(need) +
                           " for its tensors, more than this machine's " + human_bytes(memory_bytes) +
                           " of memory");
+  for (const ServingRowSpec& r : spec.serving)
+    for (const std::int64_t page : r.page_sizes) {
+      const std::string row =
+          "bench: serving row '" + printable(r.label, 100) + "' page " + std::to_string(page);
+      if (const std::uint64_t pages = serving_row_pages(r, page); pages > kMaxServingPages)
+        throw Error(ErrorCode::invalid_argument,
+                    row + ": " + std::to_string(r.seqs) + " sequences of up to " + std::to_string(r.kv_max) +
+                        " keys take up to " + std::to_string(pages) + " pages, more than the " +
+                        std::to_string(kMaxServingPages) + " an int32 page table can index");
+      for (const DType d : spec.dtypes)
+        if (const std::uint64_t need = serving_row_bytes(r, page, d); need > memory_bytes)
+          throw Error(ErrorCode::out_of_memory,
+                      row + " " + std::string(dtype_name(d)) + " needs at least " + human_bytes(need) +
+                          " for its page pools, page ids and q, more than this machine's " +
+                          human_bytes(memory_bytes) + " of memory");
+    }
 }
 
 namespace {

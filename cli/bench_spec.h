@@ -10,7 +10,8 @@
 //   repeats: 3                                  # timed runs per row (the median is reported)
 //   sgemm: 1024                                 # size n of the n x n x n Eigen SGEMM row; 0 = none
 //   serving: [...]                              # paged serving rows (cli/bench_serving_spec.h)
-//   read_bandwidth_mib: 512                     # array the serving rows' read-bandwidth loop sums
+//   read_bandwidth_mib: 1024                    # buffer the serving rows' read-bandwidth loop reads
+//                                               # (default: max(256 MiB, 4 x the last-level cache))
 #pragma once
 
 #include <cstdint>
@@ -39,7 +40,8 @@ struct BenchSpec {
   int repeats = 3;
   int sgemm = 1024;
   std::vector<ServingRowSpec> serving;  // ragged batches over a paged cache (cli/bench_serving.h)
-  int read_bandwidth_mib = 512;         // the serving rows' yardstick (cli/read_bandwidth.h)
+  int read_bandwidth_mib = 0;           // the serving rows' yardstick's buffer (cli/read_bandwidth.h);
+                                        // 0: sized from the last-level cache
 };
 
 // "B,H,T,D[,Hkv]" with T = "Tq" or "Tq:Tk". Error(invalid_argument) naming the text otherwise.
@@ -61,9 +63,17 @@ inline constexpr std::int64_t kMaxBenchRows = 100000;
 // dv; saturating at UINT64_MAX. A lower bound of what the row allocates.
 std::uint64_t bench_row_bytes(const BenchShape& s, DType dtype, Pass pass);
 
+// A serving row at one page size: at most seqs * ceil(kv_max / page_size) pages (page ids are
+// int32: at most kMaxServingPages), and the bytes of its host tensors (page pools, page ids, q and
+// out, the dense copy of `compare: dense`), saturating. Upper bounds, known before the batch is drawn.
+inline constexpr std::uint64_t kMaxServingPages = 2147483647;
+std::uint64_t serving_row_pages(const ServingRowSpec& r, std::int64_t page_size);
+std::uint64_t serving_row_bytes(const ServingRowSpec& r, std::int64_t page_size, DType dtype);
+
 // Checks the sweep of `spec` over `ops` operators: Error(invalid_argument) naming the product
-// when it has more than kMaxBenchRows rows; Error(out_of_memory) naming the shape when a row
-// needs more than `memory_bytes` (the physical memory, physical_memory_bytes()).
+// when it has more than kMaxBenchRows rows; Error(out_of_memory) naming the shape (or the serving
+// row) when a row needs more than `memory_bytes` (the physical memory, physical_memory_bytes());
+// Error(invalid_argument) naming the serving row whose pages an int32 page table cannot index.
 void check_bench_size(const BenchSpec& spec, std::size_t ops, std::uint64_t memory_bytes);
 std::uint64_t physical_memory_bytes();
 

@@ -27,6 +27,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -443,6 +444,8 @@ int bench(const BenchArgs& a) {
       if (sgemm.gflops > 0) r.vs_sgemm = r.gflops / sgemm.gflops;
     } catch (const Error& e) {  // one failing configuration must not lose the rest of the sweep
       r.error = std::string(error_code_name(e.code())) + ": " + e.what();
+    } catch (const std::bad_alloc&) {  // a std::vector of the row's size past what the process may have
+      r.error = "out_of_memory: the row's host allocations failed";
     }
     ++done;
   }

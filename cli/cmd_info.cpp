@@ -2,7 +2,8 @@
 // whether the dispatcher would try it, in which order, and why not; then the CPU's ISA, the ISA
 // tier the cpu backend's kernels run (and why: what was detected, what the next tier lacks,
 // ATTNOPS_CPU_ISA's cap), and the Vulkan devices the loader reports, with the limits attnops
-// relies on and whether each qualifies under the current settings.
+// relies on and whether each qualifies under the current settings; last, the distributed operators
+// (ring, ulysses) and how this build runs them.
 #include <algorithm>
 #include <cstdio>
 #include <iostream>
@@ -13,6 +14,7 @@
 
 #include "attnops/attnops.h"
 #include "cli/commands.h"
+#include "cli/dist/world.h"
 #include "cli/settings.h"
 
 namespace attnops::cli {
@@ -83,6 +85,22 @@ std::string yes(bool b) {
   return b ? "yes" : "no";
 }
 
+// The sequence-parallel operators (cli/dist/): not in the registry's table, since they run as
+// one process per rank; how they run depends on whether this build has MPI.
+struct DistOperator {
+  std::string op, runs;
+};
+std::vector<DistOperator> distributed_operators() {
+  std::vector<DistOperator> out;
+  for (const char* op : {"ring", "ulysses"})
+    out.push_back({op, built_with_mpi()
+                           ? "under mpirun: mpirun -np P attnops run --op " + std::string(op) +
+                                 " ... (one rank per process; without mpirun, one rank in this process)"
+                           : "in one process (this build has no MPI): attnops run --op " + std::string(op) +
+                                 " runs one rank, the local operator"});
+  return out;
+}
+
 int info(const InfoArgs& a) {
   Config config = load_optional_config(a.config);
   if (a.allow_software) config.gpu_allow_software = true;
@@ -134,6 +152,12 @@ int info(const InfoArgs& a) {
                                 {"disabled", r.disabled},
                                 {"tried", r.tried},
                                 {"why_not", r.tried ? "" : r.why_not}});
+    j["distributed_operators"] = nlohmann::json::array();
+    for (const DistOperator& d : distributed_operators())
+      j["distributed_operators"].push_back({{"operator", d.op},
+                                            {"mpi", built_with_mpi()},
+                                            {"local_operator", "flash_attn2"},
+                                            {"runs", d.runs}});
     std::cout << j.dump(2) << "\n";
     return std::cout ? 0 : 2;
   }
@@ -164,6 +188,13 @@ int info(const InfoArgs& a) {
                   r.position ? std::to_string(r.position).c_str() : "-", yes(r.implements).c_str(),
                   yes(r.backward).c_str(), yes(r.available).c_str(), yes(r.tried).c_str());
     std::cout << line << r.why_not << "\n";
+  }
+  std::cout << "\nDistributed operators (sequence parallel; each rank runs a local operator, flash_attn2 by "
+               "default; MPI: "
+            << yes(built_with_mpi()) << "):\n";
+  for (const DistOperator& d : distributed_operators()) {
+    std::snprintf(line, sizeof line, "  %-10s ", d.op.c_str());
+    std::cout << line << d.runs << "\n";
   }
   return std::cout ? 0 : 2;
 }

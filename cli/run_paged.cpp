@@ -18,7 +18,7 @@ void add_paged_options(CLI::App* app, PagedArgs& a) {
   app->add_option("--kv-lens", a.kv_lens,
                   "Paged run: keys per sequence, this step's included; [S] i32|i64 (.npy)");
   app->add_option("--num-seqs", a.num_seqs,
-                  "Paged run: only the first S sequences of the index arrays (default all)");
+                  "Paged run: only the first S >= 0 sequences of the index arrays (default -1: all)");
   a.kv_split_opt =
       app->add_option("--kv-split-tokens", a.kv_split_tokens,
                       "Paged run: split each sequence's keys every T tokens (batch invariant; default 512)");
@@ -52,6 +52,10 @@ int run_paged(const PagedArgs& a, const PagedRun& r) {
                   std::string(flag) +
                       " is required for a paged run (--k-pages, --v-pages, --page-table, "
                       "--cu-seqlens-q and --kv-lens go together)");
+  if (a.num_seqs < -1)
+    throw Error(ErrorCode::invalid_argument,
+                "--num-seqs: expected -1 (all sequences, the default) or a count >= 0, got " +
+                    std::to_string(a.num_seqs));
   const Attention attn = registry().get(r.op, r.config);
 
   OutputSet outs;  // all or nothing (output_set.h)

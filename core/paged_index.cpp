@@ -10,6 +10,8 @@
 namespace attnops::paged_index {
 
 namespace {
+// As plan_paged's bound on kv_lens: (kv_len + page_size - 1) cannot overflow below it.
+constexpr std::int64_t kMaxKvLen = std::int64_t{1} << 40;
 [[noreturn]] void fail(ErrorCode code, const std::string& msg) {
   throw Error(code, msg);
 }
@@ -95,7 +97,8 @@ std::vector<std::int64_t> read_slots(const TensorView& slot_mapping, std::int64_
 std::vector<std::int32_t> read_page_row(const TensorView& page_row, std::int64_t kv_len,
                                         const PagedKVSpec& spec) {
   check_index_view(page_row, "page_row", 1, "[max_pages]");
-  if (kv_len < 0) fail(ErrorCode::invalid_argument, "kv_len: expected >= 0, got " + std::to_string(kv_len));
+  if (kv_len < 0 || kv_len > kMaxKvLen)
+    fail(ErrorCode::invalid_argument, "kv_len: expected 0 <= kv_len <= 2^40, got " + std::to_string(kv_len));
   const std::int64_t need = (kv_len + spec.page_size - 1) / spec.page_size;
   if (need > page_row.dim(0))
     fail(ErrorCode::shape_mismatch, "page_row: kv_len " + std::to_string(kv_len) + " at page_size " +

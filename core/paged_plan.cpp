@@ -136,6 +136,10 @@ PagedPlan plan_paged(const RaggedBatch& batch, const PagedKVSpec& cache, std::in
     fail(ErrorCode::shape_mismatch, "page_table: expected shape [S = " + std::to_string(rows) +
                                         ", max_pages] (S from kv_lens), got " +
                                         shape_string(batch.page_table.shape()));
+  if (batch.num_seqs < -1)
+    fail(ErrorCode::invalid_argument,
+         "num_seqs: expected -1 (all the sequences of kv_lens) or a count >= 0, got " +
+             std::to_string(batch.num_seqs));
   const i64 S = batch.num_seqs < 0 ? rows : batch.num_seqs;
   if (S > rows)
     fail(ErrorCode::invalid_argument, "num_seqs: " + std::to_string(batch.num_seqs) + " is more than the " +

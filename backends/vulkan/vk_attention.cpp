@@ -5,6 +5,7 @@
 #include "backends/vulkan/vk_attention.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -281,17 +282,25 @@ std::optional<Reason> device_limits_reason(Kernel kernel, const AttentionProblem
 
 void run_attention(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const GpuSettings& settings,
                    AttentionBuffers& buffers) {
-  const std::shared_ptr<rt::Device> dev = rt::device(settings);  // backend_unavailable without a device
+  std::shared_ptr<rt::Device> dev = rt::device(settings);  // backend_unavailable without a device
+  const rt::PhysicalDevice pd = dev->physical();           // a copy: a check that hangs replaces dev
   std::string why;
-  const std::optional<Selection> sel = checked_selection(kernel, p, dev, settings, &why);
+  const std::optional<Selection> sel = checked_selection(kernel, p, pd, dev, settings, &why);
   if (!sel) throw Error(ErrorCode::gpu_error, "Vulkan: " + why);
-  run_selected(kernel, p, map, dev, *sel, settings.pipeline_cache, buffers);
+  try {
+    run_selected(kernel, p, map, dev, *sel, settings.pipeline_cache, buffers);
+  } catch (const Error& e) {
+    // A call slower than the timeout or a hung kernel: the next call checks the variant again,
+    // under the self-check's short timeout, before trusting it.
+    if (e.code() == ErrorCode::gpu_error && dev->hung()) note_call_timeout(pd, sel->variant, settings);
+    throw;
+  }
 }
 
 void run_selected(Kernel kernel, const AttentionProblem& p, const BlockMap* map,
                   const std::shared_ptr<rt::Device>& dev, const Selection& sel,
-                  const std::string& pipeline_cache, AttentionBuffers& buffers,
-                  std::uint32_t clear_alignment) {
+                  const std::string& pipeline_cache, AttentionBuffers& buffers, std::uint32_t clear_alignment,
+                  bool compile_only) {
   const bool out_on_device = p.q.on_device();
   const rt::PhysicalDevice& pd = dev->physical();
   if (auto reason = limits_reason(kernel, p, pd, sel)) {
@@ -339,6 +348,7 @@ void run_selected(Kernel kernel, const AttentionProblem& p, const BlockMap* map,
                                                     ") exceeds maxStorageBufferRange (" + mib(range) + ")");
 
   rt::Batch batch(*dev, p.profile);
+  batch.set_variant(variant_name(sel.variant));
   PushConstants pc = base_push(p, tiles);
   const Operand q = operand(batch, p.q, p.Hq, p.D, "q"), k = operand(batch, p.k, p.Hkv, p.D, "k"),
                 v = operand(batch, p.v, p.Hkv, p.Dv, "v");
@@ -372,8 +382,12 @@ void run_selected(Kernel kernel, const AttentionProblem& p, const BlockMap* map,
   const std::vector<rt::Binding> bindings = {q.slice, k.slice, v.slice,   out,     lse,        bias, sinks,
                                              seg_q,   seg_kv,  row_start, entries, part_index, bits, scratch};
   static_assert(kBindingCount == 14 && kBindingCount <= rt::Device::kBindings);
+  const auto groups_of = [compile_only](std::uint32_t x, std::uint32_t y, std::uint32_t z) {
+    return compile_only ? std::array<std::uint32_t, 3>{0, 0, 0} : std::array<std::uint32_t, 3>{x, y, z};
+  };
   for (const KernelStep& step : plan.steps) {
-    const std::uint32_t groups[3] = {step.groups[0], step.groups[1], step.groups[2]};
+    const auto g = groups_of(step.groups[0], step.groups[1], step.groups[2]);
+    const std::uint32_t groups[3] = {g[0], g[1], g[2]};
     batch.dispatch(step.key, bindings, &step.push, sizeof step.push, groups, step.label);
   }
   if (convert) {
@@ -382,8 +396,13 @@ void run_selected(Kernel kernel, const AttentionProblem& p, const BlockMap* map,
     ck.spec = {dtype_code(p.dtype)};
     ck.spec_count = 1;
     const auto n = static_cast<std::uint32_t>(n_out);
-    const std::uint32_t cgroups[3] = {static_cast<std::uint32_t>(ceil_div((n + 1) / 2, 256)), 1, 1};
+    const auto g = groups_of(static_cast<std::uint32_t>(ceil_div((n + 1) / 2, 256)), 1, 1);
+    const std::uint32_t cgroups[3] = {g[0], g[1], g[2]};
     batch.dispatch(ck, {out, dev_out->slice()}, &n, sizeof n, cgroups, "convert");
+  }
+  if (compile_only) {
+    batch.submit();
+    return;
   }
 
   // Read-backs run only after the fence signalled success: the caller's buffers are never half

@@ -40,14 +40,17 @@ std::optional<Reason> limits_reason(Kernel kernel, const AttentionProblem& p, co
 // output), reads back what the caller keeps on the host; writes the pipeline cache to
 // `pipeline_cache` when it is set. Fills buffers.run. `clear_alignment` (kVec / kAligned4 of
 // vk_flags.h): alignment flags to clear although `p` has them (the self-check runs a call's
-// pipelines, whose alignment may be less than its own packed problem's).
+// pipelines, whose alignment may be less than its own packed problem's). `compile_only`: the same
+// submission with no workgroup dispatched and nothing read back, so that a driver that compiles
+// its pipelines at their first dispatch (lavapipe) does it then (the self-check's warm-up: its
+// timed check then measures the kernels alone); buffers are left as they are.
 namespace rt {
 class Device;
 }
 void run_selected(Kernel kernel, const AttentionProblem& p, const BlockMap* map,
                   const std::shared_ptr<rt::Device>& dev, const Selection& sel,
                   const std::string& pipeline_cache, AttentionBuffers& buffers,
-                  std::uint32_t clear_alignment = 0);
+                  std::uint32_t clear_alignment = 0, bool compile_only = false);
 
 // Helpers of the launch files (vk_attention.cpp, vk_backward.cpp).
 namespace rt {

@@ -168,6 +168,7 @@ void Batch::dispatch(const PipelineKey& key, const std::vector<Binding>& binding
   if (push_bytes > 0)
     vkCmdPushConstants(cmd_, dev_.pipeline_layout(), VK_SHADER_STAGE_COMPUTE_BIT, 0, push_bytes, push);
   vkCmdDispatch(cmd_, groups[0], groups[1], groups[2]);
+  runs_kernels_ = runs_kernels_ || (groups[0] > 0 && groups[1] > 0 && groups[2] > 0);
   ++dispatches_;
   labels_.emplace_back(label);
   stamp();
@@ -191,7 +192,7 @@ void Batch::download(const Slice& src, VkDeviceSize offset, VkDeviceSize bytes,
 void Batch::submit() {
   if (submitted_) throw Error(ErrorCode::internal, "Vulkan: a batch was submitted twice");
   submitted_ = true;
-  if (debug::injected_fault() == debug::Fault::hang) {
+  if (debug::injected_fault() == debug::Fault::hang && runs_kernels_ && debug::fault_applies_to(variant_)) {
     // Test support: the queue waits, after all the work, for an event only the host sets
     // (debug::release_injected_hangs): a submission that does not finish, as a hung kernel.
     const VkEvent e = dev_.hang_event();

@@ -45,6 +45,10 @@ class Batch {
   Batch& operator=(const Batch&) = delete;
 
   Device& device() { return dev_; }
+  // The kernel variant this submission runs, for fault injection aimed at one variant
+  // (debug::set_fault_variant). An injected hang applies only to a submission that dispatches
+  // workgroups (one that runs no kernel cannot hang).
+  void set_variant(const char* name) { variant_ = name; }
   // Device memory for this submission only (pooled; nothing is created in steady state).
   Slice scratch(VkDeviceSize bytes);
   // Host -> device: `fill` writes `bytes` bytes, which land at dst + offset.
@@ -78,6 +82,8 @@ class Batch {
   bool profile_;
   Phase phase_ = Phase::start;
   bool submitted_ = false;
+  const char* variant_ = "";
+  bool runs_kernels_ = false;  // a dispatch of at least one workgroup was recorded
   std::uint32_t dispatches_ = 0;
   std::vector<Slice> scratch_;
   struct Download {

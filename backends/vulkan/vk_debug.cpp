@@ -16,7 +16,7 @@ std::atomic<bool> g_force_staging{false};
 std::mutex g_override_mu;
 KernelOverride g_override;
 std::optional<DeviceOverride> g_device_override;
-std::string g_wrong_variant;
+std::string g_fault_variant;
 }  // namespace
 
 bool validation_enabled() {
@@ -45,24 +45,28 @@ Fault injected_fault() {
   std::string v = rt::env_string("ATTNOPS_VK_INJECT_FAULT");
   for (char& c : v) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (v == "oom" || v == "out_of_memory") return Fault::out_of_memory;
-  if (v == "hang") return Fault::hang;
+  if (v == "hang" || v.rfind("hang:", 0) == 0) return Fault::hang;
   if (v.rfind("wrong_result", 0) == 0) return Fault::wrong_result;
   if (rt::env_flag("ATTNOPS_VK_INJECT_FAULT") || v == "device_lost") return Fault::device_lost;
   return Fault::none;
 }
 
-void set_wrong_result_variant(const std::string& variant) {
+void set_fault_variant(const std::string& variant) {
   std::lock_guard<std::mutex> lock(g_override_mu);
-  g_wrong_variant = variant;
+  g_fault_variant = variant;
 }
-std::string wrong_result_variant() {
+std::string fault_variant() {
   {
     std::lock_guard<std::mutex> lock(g_override_mu);
-    if (!g_wrong_variant.empty()) return g_wrong_variant;
+    if (!g_fault_variant.empty()) return g_fault_variant;
   }
   const std::string v = rt::env_string("ATTNOPS_VK_INJECT_FAULT");
   const auto colon = v.find(':');
   return colon == std::string::npos ? "" : v.substr(colon + 1);
+}
+bool fault_applies_to(const std::string& variant) {
+  const std::string only = fault_variant();
+  return only.empty() || only == variant;
 }
 
 void release_injected_hangs() {

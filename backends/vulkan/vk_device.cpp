@@ -3,6 +3,7 @@
 // pools and shutdown. Pipelines: vk_pipelines.cpp.
 #include "backends/vulkan/vk_device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -230,6 +231,17 @@ VkQueryPool Device::query_pool(std::uint32_t n) {
   return queries_.get();
 }
 
+namespace {
+thread_local std::uint64_t t_timeout_cap_ns = 0;  // 0: no ScopedFenceTimeout on this thread
+}  // namespace
+
+ScopedFenceTimeout::ScopedFenceTimeout(std::uint64_t ns) : saved_(t_timeout_cap_ns) {
+  t_timeout_cap_ns = saved_ == 0 ? ns : std::min(saved_, ns);
+}
+ScopedFenceTimeout::~ScopedFenceTimeout() {
+  t_timeout_cap_ns = saved_;
+}
+
 std::uint64_t Device::fence_timeout_ns() const {
   std::uint64_t timeout_ms = 120000;
   if (const std::string t = env_string("ATTNOPS_VK_TIMEOUT_MS"); !t.empty()) {
@@ -237,7 +249,8 @@ std::uint64_t Device::fence_timeout_ns() const {
     const unsigned long long v = std::strtoull(t.c_str(), &end, 10);
     if (end != t.c_str() && *end == '\0' && v > 0 && v < 86400000ull) timeout_ms = v;  // else the default
   }
-  return timeout_ms * 1000000ull;
+  const std::uint64_t ns = timeout_ms * 1000000ull;
+  return t_timeout_cap_ns == 0 ? ns : std::min(ns, t_timeout_cap_ns);
 }
 
 }  // namespace attnops::vulkan::rt

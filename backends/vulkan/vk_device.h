@@ -45,6 +45,19 @@ struct PipelineKey {
 inline constexpr std::size_t kMaxPipelineCacheBytes = std::size_t{64} << 20;
 std::string pipeline_cache_seed(const std::string& path, const PhysicalDevice& pd);
 
+// While it lives, the fence waits of this thread's submissions time out after at most `ns` (the
+// self-check's tiny problem: a hung kernel costs that, not the call's timeout); nests.
+class ScopedFenceTimeout {
+ public:
+  explicit ScopedFenceTimeout(std::uint64_t ns);
+  ~ScopedFenceTimeout();
+  ScopedFenceTimeout(const ScopedFenceTimeout&) = delete;
+  ScopedFenceTimeout& operator=(const ScopedFenceTimeout&) = delete;
+
+ private:
+  std::uint64_t saved_;
+};
+
 class Device {
  public:
   // Descriptor bindings 0..kBindings-1 (storage buffers) of the one set layout every pipeline
@@ -125,6 +138,7 @@ class Device {
   VkDescriptorSet descriptor_set(std::uint32_t i);
   // A timestamp query pool with at least `n` queries (grows only), or null without timestamps.
   VkQueryPool query_pool(std::uint32_t n);
+  // ATTNOPS_VK_TIMEOUT_MS (default 120 s), or a ScopedFenceTimeout's shorter cap on this thread.
   std::uint64_t fence_timeout_ns() const;
 
  private:

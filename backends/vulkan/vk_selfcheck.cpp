@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -19,6 +20,7 @@
 #include "attnops/error.h"
 #include "backends/native/reference.h"
 #include "backends/vulkan/vk_attention.h"
+#include "backends/vulkan/vk_device.h"
 #include "backends/vulkan/vk_launch.h"
 #include "backends/vulkan/vk_runtime.h"
 #include "backends/vulkan/vk_shader_table.h"
@@ -74,6 +76,7 @@ std::string identity(const rt::PhysicalDevice& pd) {
 struct Registry {
   std::mutex mu;
   std::map<std::string, std::map<std::string, SelfCheckEntry>> results;  // identity -> key -> entry
+  std::map<std::string, std::map<std::string, std::string>> hung;        // identity -> variant -> why
   std::set<std::string> loaded;                                          // identity + "\n" + path read
 };
 Registry& registry() {
@@ -106,9 +109,14 @@ void load_locked(Registry& reg, const std::string& id, const std::string& path) 
   while (std::getline(in, line)) {
     const auto t1 = line.find('\t'), t2 = t1 == std::string::npos ? t1 : line.find('\t', t1 + 1);
     if (t2 == std::string::npos) continue;
-    const std::string verdict = line.substr(0, t1);
+    const std::string verdict = line.substr(0, t1), key = line.substr(t1 + 1, t2 - t1 - 1);
+    if (verdict == "hang" && parse_variant(key)) {  // a variant that hung: off for every configuration
+      reg.hung[id].emplace(key, line.substr(t2 + 1));
+      continue;
+    }
     if (verdict != "pass" && verdict != "fail") continue;
-    SelfCheckEntry e{line.substr(t1 + 1, t2 - t1 - 1), verdict == "pass", line.substr(t2 + 1)};
+    SelfCheckEntry e{key, verdict == "pass", line.substr(t2 + 1)};
+    e.hung = e.detail.rfind("hung: ", 0) == 0;
     mine.emplace(e.key, e);
   }
 }
@@ -121,13 +129,15 @@ void save_locked(Registry& reg, const std::string& id, const std::string& path) 
     warn_cache_file_once("Vulkan self-check cache", path, why, "not written");
     return;
   }
+  const auto one_line = [](std::string t) {
+    std::replace(t.begin(), t.end(), '\n', ' ');
+    std::replace(t.begin(), t.end(), '\t', ' ');
+    return t;
+  };
   std::string text = std::string(kFileMagic) + "\nidentity " + id + "\n";
-  for (const auto& [key, e] : reg.results[id]) {
-    std::string detail = e.detail;
-    std::replace(detail.begin(), detail.end(), '\n', ' ');
-    std::replace(detail.begin(), detail.end(), '\t', ' ');
-    text += (e.passed ? "pass\t" : "fail\t") + key + "\t" + detail + "\n";
-  }
+  for (const auto& [variant, why] : reg.hung[id]) text += "hang\t" + variant + "\t" + one_line(why) + "\n";
+  for (const auto& [key, e] : reg.results[id])
+    text += (e.passed ? "pass\t" : "fail\t") + key + "\t" + one_line(e.detail) + "\n";
   std::string tmp = path + ".XXXXXX";
   const int fd = ::mkstemp(tmp.data());
   bool ok = fd >= 0 && ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
@@ -262,9 +272,7 @@ std::string compare(const AttentionProblem& p, const AttentionBuffers& got) {
 }
 
 bool wrong_result_injected(Variant v) {
-  if (debug::injected_fault() != debug::Fault::wrong_result) return false;
-  const std::string only = debug::wrong_result_variant();
-  return only.empty() || only == variant_name(v);
+  return debug::injected_fault() == debug::Fault::wrong_result && debug::fault_applies_to(variant_name(v));
 }
 
 SelfCheckEntry run_check(Kernel kernel, const AttentionProblem& call, const Selection& sel,
@@ -275,7 +283,25 @@ SelfCheckEntry run_check(Kernel kernel, const AttentionProblem& call, const Sele
   AttentionBuffers b = allocate_buffers(c.p);
   const int align = alignment_class(call);
   const std::uint32_t clear = align == 0 ? kVec | kAligned4 : align == 1 ? kVec : 0u;
-  run_selected(kernel, c.p, nullptr, dev, sel, "", b, clear);                // gpu_error propagates
+  // The pipelines first, under the call's timeout: a driver that compiles them at their first
+  // dispatch (lavapipe: seconds under load) does it in this submission of empty dispatches, so
+  // that the timed one below runs the kernels alone.
+  run_selected(kernel, c.p, nullptr, dev, sel, "", b, clear, /*compile_only=*/true);
+  const std::uint64_t timeout_ms = selfcheck_timeout_ms(c.p);
+  try {
+    const rt::ScopedFenceTimeout short_wait(timeout_ms * 1000000ull);
+    run_selected(kernel, c.p, nullptr, dev, sel, "", b, clear);  // other gpu_errors propagate
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::gpu_error || !dev->hung()) throw;
+    SelfCheckEntry hung{
+        key, false,
+        "hung: its check did not finish within " +
+            std::to_string(std::min(timeout_ms, dev->fence_timeout_ns() / 1000000)) +
+            " ms (fence wait timed out; the problem takes milliseconds): the variant is off on "
+            "this device"};
+    hung.hung = true;
+    return hung;
+  }
   if (wrong_result_injected(sel.variant)) b.out.set(0, b.out.at(0) + 0.5f);  // debug::Fault::wrong_result
   const std::string err = compare(c.p, b);
   if (err.empty())
@@ -287,11 +313,30 @@ SelfCheckEntry run_check(Kernel kernel, const AttentionProblem& call, const Sele
 
 }  // namespace
 
+std::uint64_t selfcheck_timeout_ms(const AttentionProblem& p) {
+  if (const std::string t = rt::env_string("ATTNOPS_VK_SELFTEST_TIMEOUT_MS"); !t.empty()) {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(t.c_str(), &end, 10);
+    if (end != t.c_str() && *end == '\0' && v > 0 && v < 86400000ull) return v;
+  }
+  const double flops =
+      4.0 * static_cast<double>(p.B * p.Hq * p.Tq * p.Tk) * static_cast<double>(std::max(p.D, p.Dv));
+  return 2000 + static_cast<std::uint64_t>(flops / 1e5);
+}
+
 std::optional<Selection> checked_selection(Kernel kernel, const AttentionProblem& p,
-                                           const std::shared_ptr<rt::Device>& dev,
+                                           const rt::PhysicalDevice& pd, std::shared_ptr<rt::Device>& dev,
                                            const GpuSettings& settings, std::string* why) {
-  const rt::PhysicalDevice& pd = dev->physical();
+  const std::string id = identity(pd), path = cache_path(settings);
   std::vector<DisabledVariant> disabled;
+  {  // variants that hung on this device (this process, or the cache file): never selected
+    Registry& reg = registry();
+    std::lock_guard<std::mutex> lock(reg.mu);
+    load_locked(reg, id, path);
+    for (const auto& [name, seen] : reg.hung[id])
+      if (const std::optional<Variant> v = parse_variant(name))
+        disabled.push_back({*v, "selftest_failed: " + seen});
+  }
   const Mode m = mode();
   for (;;) {
     Selection sel = select_for(kernel, p, pd, disabled);
@@ -312,20 +357,21 @@ std::optional<Selection> checked_selection(Kernel kernel, const AttentionProblem
     if (p.B == 0 || p.Tq == 0 || p.Tk == 0 || p.Hq == 0 || p.D == 0 || p.Dv == 0 ||
         limits_reason(kernel, p, pd, sel))
       return sel;
-    const std::string id = identity(pd), key = config_key(sel, p), path = cache_path(settings);
+    const std::string key = config_key(sel, p);
     std::optional<SelfCheckEntry> known;
     {
       Registry& reg = registry();
       std::lock_guard<std::mutex> lock(reg.mu);
-      load_locked(reg, id, path);
       const auto& mine = reg.results[id];
       if (auto it = mine.find(key); it != mine.end()) known = it->second;
     }
     if (!known) {
+      if (!dev || dev->lost()) dev = rt::device(settings);  // none yet, or a check before this one hung on it
       known = run_check(kernel, p, sel, dev, key);
       Registry& reg = registry();
       std::lock_guard<std::mutex> lock(reg.mu);
       reg.results[id][key] = *known;
+      if (known->hung) reg.hung[id][variant_name(sel.variant)] = known->detail;
       save_locked(reg, id, path);
     }
     if (known->passed) {
@@ -334,6 +380,24 @@ std::optional<Selection> checked_selection(Kernel kernel, const AttentionProblem
     }
     disabled.push_back({sel.variant, "selftest_failed: " + known->detail});
   }
+}
+
+void note_call_timeout(const rt::PhysicalDevice& pd, Variant variant, const GpuSettings& settings) {
+  const std::string id = identity(pd), path = cache_path(settings),
+                    prefix = std::string(variant_name(variant)) + " ";
+  Registry& reg = registry();
+  std::lock_guard<std::mutex> lock(reg.mu);
+  load_locked(reg, id, path);
+  auto& mine = reg.results[id];
+  bool forgot = false;
+  for (auto it = mine.begin(); it != mine.end();)
+    if (it->second.passed && it->first.rfind(prefix, 0) == 0) {
+      it = mine.erase(it);
+      forgot = true;
+    } else {
+      ++it;
+    }
+  if (forgot) save_locked(reg, id, path);
 }
 
 std::vector<SelfCheckEntry> selfcheck_results(const GpuSettings& settings) {
@@ -345,12 +409,18 @@ std::vector<SelfCheckEntry> selfcheck_results(const GpuSettings& settings) {
   std::lock_guard<std::mutex> lock(reg.mu);
   load_locked(reg, id, cache_path(settings));
   std::vector<SelfCheckEntry> out;
+  for (const auto& [variant, seen] : reg.hung[id]) {
+    SelfCheckEntry e{variant + " (every configuration)", false, seen};
+    e.hung = true;
+    out.push_back(e);
+  }
   for (const auto& [key, e] : reg.results[id]) out.push_back(e);
   return out;
 }
 
 std::vector<SelfCheckEntry> run_selfchecks(const GpuSettings& settings) {
-  const std::shared_ptr<rt::Device> dev = rt::device(settings);
+  std::shared_ptr<rt::Device> dev = rt::device(settings);
+  const rt::PhysicalDevice pd = dev->physical();
   // Canonical problems: prefill (T 64) and decode (Tq 1, Tk 512, GQA 8) in f32 and f16, D 64,
   // each variant forced in turn (the ones the device cannot run fall back to the normal choice);
   // flash_decode on the decode problem only (the one it is taken for).
@@ -371,8 +441,8 @@ std::vector<SelfCheckEntry> run_selfchecks(const GpuSettings& settings) {
         debug::set_kernel_override(force);
         std::string why;
         try {
-          checked_selection(v == Variant::vanilla_gemm ? Kernel::vanilla : Kernel::flash, p, dev, settings,
-                            &why);
+          checked_selection(v == Variant::vanilla_gemm ? Kernel::vanilla : Kernel::flash, p, pd, dev,
+                            settings, &why);
         } catch (...) {
           debug::set_kernel_override(saved);
           throw;
@@ -386,6 +456,7 @@ void reset_selfchecks() {
   Registry& reg = registry();
   std::lock_guard<std::mutex> lock(reg.mu);
   reg.results.clear();
+  reg.hung.clear();
   reg.loaded.clear();
 }
 

@@ -65,19 +65,19 @@ std::optional<Reason> check_inputs(Kernel kernel, const AttentionProblem& p, con
   if (pd == nullptr) return Reason{ReasonCode::backend_unavailable, why};
   if (auto r = device_limits_reason(kernel, p, *pd)) return r;
   // The variant that will run, self-checked (vk_selfcheck.h: the check runs now if it never ran
-  // on this device). A device that cannot be created, or fails during the check, is left to
-  // run() to report as gpu_error, which the dispatcher records before the next backend runs.
+  // on this device; the device is made only then). A device that cannot be created, or fails
+  // during the check, is left to run() to report as gpu_error, which the dispatcher records
+  // before the next backend runs.
   std::shared_ptr<rt::Device> dev;
   std::optional<Selection> sel;
   try {
-    dev = rt::device(settings);
-    sel = checked_selection(kernel, p, dev, settings, &why);
+    sel = checked_selection(kernel, p, *pd, dev, settings, &why);
   } catch (const Error& e) {
     if (e.code() != ErrorCode::gpu_error) throw;
     return std::nullopt;
   }
   if (!sel) return Reason{ReasonCode::selftest_failed, why};
-  return limits_reason(kernel, p, dev->physical(), *sel);
+  return limits_reason(kernel, p, *pd, *sel);
 }
 
 void run(Kernel kernel, const AttentionProblem& p, const BlockMap* map, const GpuSettings& settings,

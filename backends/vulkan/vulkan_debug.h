@@ -35,12 +35,14 @@ void reset_validation_counts();
 //  - device_lost: the next submission fails with VK_ERROR_DEVICE_LOST and the device is marked
 //    lost (every later call on it fails fast; the runtime replaces it on the next call);
 //  - out_of_memory: every device-memory allocation fails with VK_ERROR_OUT_OF_DEVICE_MEMORY;
-//  - hang: every submission ends waiting for an event only the host sets, in
+//  - hang: every submission (of every variant, or of the one named by set_fault_variant /
+//    ATTNOPS_VK_INJECT_FAULT=hang:NAME) ends waiting for an event only the host sets, in
 //    release_injected_hangs() (as a hung kernel): the fence wait times out
-//    (ATTNOPS_VK_TIMEOUT_MS), the device is abandoned as lost and the call fails with gpu_error;
+//    (ATTNOPS_VK_TIMEOUT_MS; the self-check's shorter one), the device is abandoned as lost and
+//    the call fails with gpu_error (the self-check disables the variant instead);
 //  - wrong_result: the self-check (README "Self-check") sees a wrong answer from every variant,
-//    or from the one named by set_wrong_result_variant / ATTNOPS_VK_INJECT_FAULT=wrong_result:NAME.
-// ATTNOPS_VK_INJECT_FAULT in the environment does the same: 1 or device_lost, oom, hang,
+//    or from the one named by set_fault_variant / ATTNOPS_VK_INJECT_FAULT=wrong_result:NAME.
+// ATTNOPS_VK_INJECT_FAULT in the environment does the same: 1 or device_lost, oom, hang[:VARIANT],
 // wrong_result[:VARIANT].
 enum class Fault { none, device_lost, out_of_memory, hang, wrong_result };
 void set_inject_fault(Fault f);
@@ -52,9 +54,11 @@ Fault injected_fault();
 bool inject_fault_active();  // injected_fault() != Fault::none
 // Lets every submission the hang fault stopped finish (the runtime's release() calls it too).
 void release_injected_hangs();
-// wrong_result for one variant only ("" = every variant; the environment's ":NAME" otherwise).
-void set_wrong_result_variant(const std::string& variant);
-std::string wrong_result_variant();
+// hang and wrong_result for one variant only ("" = every variant; the environment's ":NAME"
+// otherwise), and whether the fault in force applies to `variant`.
+void set_fault_variant(const std::string& variant);
+std::string fault_variant();
+bool fault_applies_to(const std::string& variant);
 
 // Caps the device memory the runtime reserves per pool (0 = only the device's budget), so tests
 // reach the out-of-memory path with small problems.

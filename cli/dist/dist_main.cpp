@@ -35,6 +35,10 @@ int distributed_main(int argc, char** argv) {
   const bool root = world->comm().rank() == 0;
   CLI::App app{"attnops: distributed attention (under mpirun)", "attnops"};
   app.require_subcommand(1);
+  // As the single-process run: every error message on stderr starts with "error:".
+  app.failure_message([](const CLI::App* sub, const CLI::Error& e) {
+    return "error: " + std::string(e.what()) + "\n" + (sub ? "Run with --help for more information.\n" : "");
+  });
   std::vector<DistCommand> commands;
   try {
     commands = {add_dist_run_command(app), add_dist_bench_command(app)};

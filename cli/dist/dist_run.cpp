@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "attnops/attnops.h"
 #include "attnops/dist/sequence_parallel.h"
@@ -56,6 +57,16 @@ void require_rank(const Tensor& t, int rank, const char* flag, const char* layou
                 std::string(flag) + ": expected " + layout + ", got " + shape_string(t.shape()));
 }
 
+// The shards cut the inputs along T: a length that disagrees with q's or k's must be refused here,
+// by rank 0 before any shard moves, not by the scatter on a rank.
+void require_shape(const Tensor& t, const std::vector<std::int64_t>& want, const char* flag,
+                   const char* layout, const char* from) {
+  if (t.shape() != want)
+    throw Error(ErrorCode::shape_mismatch, std::string(flag) + ": expected " + layout + " = " +
+                                               shape_string(want) + " (" + from + "), got " +
+                                               shape_string(t.shape()));
+}
+
 Window parse_window(const std::string& text) {
   const auto parts = split(text, ',');
   if (parts.size() != 2)
@@ -96,14 +107,16 @@ int run(World& world, const DistRunArgs& a) {
                                                    " has another Tk than --k " +
                                                    shape_string(in[kK]->shape()));
       if (!a.sinks.empty()) in[kSinks] = read_npy(a.sinks);
+      const Tensor &q = *in[kQ], &k = *in[kK], &v = *in[kV];
       if (!a.seg_q.empty()) {
         in[kSegQ] = read_npy(a.seg_q), in[kSegKv] = read_npy(a.seg_kv);
-        require_rank(*in[kSegQ], 2, "--segment-ids-q", "[B, Tq]");
-        require_rank(*in[kSegKv], 2, "--segment-ids-kv", "[B, Tk]");
+        require_shape(*in[kSegQ], {q.dim(0), q.dim(1)}, "--segment-ids-q", "[B, Tq]", "from --q");
+        require_shape(*in[kSegKv], {k.dim(0), k.dim(1)}, "--segment-ids-kv", "[B, Tk]", "from --k");
       }
       if (a.backward.requested()) {
         in[kDout] = read_npy(a.backward.dout);
-        require_rank(*in[kDout], 4, "--dout", "[B, Tq, Hq, Dv]");
+        require_shape(*in[kDout], {q.dim(0), q.dim(1), q.dim(2), v.dim(3)}, "--dout", "[B, Tq, Hq, Dv]",
+                      "from --q and --v");
       }
       for (int i = 0; i < kInputs; ++i)
         if (in[i]) {

@@ -92,6 +92,7 @@ class PagedKVCache {
   // The keys and values of one sequence as dense host tensors k [1, kv_len, Hkv, D] and v [1,
   // kv_len, Hkv, Dv] in the cache's dtype (a copy; for tests and oracles). page_row: i32 or i64
   // [max_pages] (a row of a page table); entries past ceil(kv_len / page_size) are ignored.
+  // 0 <= kv_len <= 2^40 (Error invalid_argument naming kv_len otherwise).
   struct Dense {
     Tensor k, v;
   };
@@ -108,7 +109,8 @@ struct RaggedBatch {
   TensorView cu_seqlens_q;     // [S + 1]: cu[0] = 0, non-decreasing, cu[num_seqs] <= N
   TensorView kv_lens;          // [S]: kv_len_s >= q_len_s (keys including this step's tokens)
   TensorView page_table;       // [S, max_pages]: entries past ceil(kv_len_s / page_size) are ignored
-  std::int64_t num_seqs = -1;  // -1: all S; else only the first num_seqs sequences (static shapes)
+  std::int64_t num_seqs = -1;  // -1: all S; else only the first num_seqs (0..S) sequences (static
+                               // shapes); another negative is Error invalid_argument naming num_seqs
 };
 
 // Per-call options of a paged call; the same meaning as AttentionOptions, applied per sequence.

@@ -72,7 +72,8 @@ std::vector<std::int64_t> element_strides(const std::vector<std::int64_t>& bytes
   return out;
 }
 
-constexpr int kNpyAligned = 0x0100;  // NPY_ARRAY_ALIGNED
+constexpr int kNpyAligned = 0x0100;    // NPY_ARRAY_ALIGNED
+constexpr int kNpyWriteable = 0x0400;  // NPY_ARRAY_WRITEABLE
 
 TensorView numpy_view(py::handle obj, const char* name, bool uint16_is_bf16) {
   // The ndarray's fields directly (no temporary Python objects: this is the per-call path).
@@ -228,6 +229,19 @@ BorrowedTensor borrow(py::handle obj, const char* name, bool uint16_is_bf16) {
                        ": expected a numpy array, a tensor with __dlpack__ (e.g. a torch CPU "
                        "tensor) or an attnops.DeviceTensor, got " +
                        type_name(obj));
+}
+
+BorrowedTensor borrow_writable(py::handle obj, const char* name, bool uint16_is_bf16) {
+  BorrowedTensor b = borrow(obj, name, uint16_is_bf16);
+  // numpy arrays (and buffers, viewed through numpy) carry their writeability; DLPack tensors
+  // (torch) and device tensors are writeable.
+  if (b.kind == ArrayKind::numpy && !(py::detail::array_proxy(b.owner_.ptr())->flags & kNpyWriteable))
+    fail(ErrorCode::invalid_argument,
+         std::string(name) +
+             ": a read-only array (flags.writeable is False: a read-only memory map, an array over bytes, a "
+             "broadcast view...); the cache writes into its pools: pass a writeable array, e.g. a copy "
+             "(numpy.array(x)) or numpy.load(..., mmap_mode=\"r+\")");
+  return b;
 }
 
 }  // namespace attnops::python

@@ -50,6 +50,7 @@ class BorrowedTensor {
 
  private:
   friend BorrowedTensor borrow(py::handle, const char*, bool);
+  friend BorrowedTensor borrow_writable(py::handle, const char*, bool);
   void release() noexcept;
   py::object owner_;                    // the numpy array / DeviceTensor object
   DLManagedTensor* managed_ = nullptr;  // a consumed DLPack capsule's tensor
@@ -62,6 +63,11 @@ class BorrowedTensor {
 // DLPack tensor, a byte stride that is not a multiple of the element size, a misaligned or
 // byte-swapped numpy array).
 BorrowedTensor borrow(py::handle obj, const char* name, bool uint16_is_bf16);
+
+// As borrow(), for memory attnops will write into (PagedKVCache.wrap's pools): a read-only numpy
+// array or buffer (a read-only memory map, an array over bytes, a broadcast view) is refused with
+// attnops.InvalidArgument naming `name`, before anything could write through it.
+BorrowedTensor borrow_writable(py::handle obj, const char* name, bool uint16_is_bf16);
 
 // Whether `obj` is a torch.Tensor (false until torch is imported; torch is never imported here).
 bool is_torch_tensor(py::handle obj);

@@ -72,23 +72,6 @@ bool as_bool(py::handle obj, const char* what) {
   throw py::type_error(std::string(what) + ": expected True or False, got " + type_name(obj));
 }
 
-std::int64_t as_int(py::handle obj, const char* what) {
-  if (PyFloat_Check(obj.ptr()) || PyBool_Check(obj.ptr()))
-    throw py::type_error(std::string(what) + ": expected an integer, got " + type_name(obj));
-  PyObject* i = PyNumber_Index(obj.ptr());
-  if (i == nullptr) {
-    PyErr_Clear();
-    throw py::type_error(std::string(what) + ": expected an integer, got " + type_name(obj));
-  }
-  const long long v = PyLong_AsLongLong(i);
-  Py_DECREF(i);
-  if (v == -1 && PyErr_Occurred()) {
-    PyErr_Clear();
-    throw Error(ErrorCode::invalid_argument, std::string(what) + ": integer out of the int64 range");
-  }
-  return v;
-}
-
 double as_double(py::handle obj, const char* what) {
   if (PyBool_Check(obj.ptr()) || !PyNumber_Check(obj.ptr()))
     throw py::type_error(std::string(what) + ": expected a number, got " + type_name(obj));
@@ -111,6 +94,23 @@ Window as_window(py::handle obj) {
 }
 
 }  // namespace
+
+std::int64_t as_int(py::handle obj, const char* what) {
+  if (PyFloat_Check(obj.ptr()) || PyBool_Check(obj.ptr()))
+    throw py::type_error(std::string(what) + ": expected an integer, got " + type_name(obj));
+  PyObject* i = PyNumber_Index(obj.ptr());
+  if (i == nullptr) {
+    PyErr_Clear();
+    throw py::type_error(std::string(what) + ": expected an integer, got " + type_name(obj));
+  }
+  const long long v = PyLong_AsLongLong(i);
+  Py_DECREF(i);
+  if (v == -1 && PyErr_Occurred()) {
+    PyErr_Clear();
+    throw Error(ErrorCode::invalid_argument, std::string(what) + ": integer out of the int64 range");
+  }
+  return v;
+}
 
 DType parse_dtype_arg(py::handle obj, const char* what) {
   std::string s;

@@ -54,6 +54,10 @@ CallArgs parse_call_args(const py::kwargs& kwargs);
 // those); TypeError / ValueError naming `what` otherwise.
 DType parse_dtype_arg(py::handle obj, const char* what);
 
+// An integer argument (int, numpy integer, anything with __index__; not bool or float): TypeError
+// naming `what` otherwise, attnops.InvalidArgument past the int64 range.
+std::int64_t as_int(py::handle obj, const char* what);
+
 // Parses a backend list: "auto" (empty), "cpu", "gpu,cpu", ["gpu", "cpu"].
 std::vector<Backend> parse_backends(py::handle obj, const char* what);
 

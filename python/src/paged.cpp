@@ -107,7 +107,7 @@ PagedCallArgs parse_paged_args(const py::kwargs& kwargs) {
   if (kwargs)
     for (auto [key, value] : kwargs) {
       if (std::string(py::str(key)) == "kv_split_tokens") {
-        if (!value.is_none()) split = value.cast<std::int64_t>();
+        if (!value.is_none()) split = as_int(value, "kv_split_tokens");
       } else {
         rest[key] = value;
       }
@@ -215,8 +215,8 @@ allocation: attnops never frees, moves or allocates pages.
           [](py::object k_pages, py::object v_pages, py::object dtype) {
             const bool bf = !dtype.is_none() && parse_dtype_arg(dtype, "dtype") == DType::bf16;
             auto c = std::make_unique<PyPagedCache>();
-            c->k_src.emplace(borrow(k_pages, "k_pages", bf));
-            c->v_src.emplace(borrow(v_pages, "v_pages", bf));
+            c->k_src.emplace(borrow_writable(k_pages, "k_pages", bf));
+            c->v_src.emplace(borrow_writable(v_pages, "v_pages", bf));
             c->cache = PagedKVCache::wrap(c->k_src->view, c->v_src->view);
             c->k_obj = std::move(k_pages);
             c->v_obj = std::move(v_pages);
@@ -224,7 +224,9 @@ allocation: attnops never frees, moves or allocates pages.
           },
           py::arg("k_pages"), py::arg("v_pages"), py::kw_only(), py::arg("dtype") = py::none(),
           "A cache over the caller's arrays (numpy, torch CPU tensors; uint16 with dtype='bf16'), held and "
-          "written in place; any outer strides, the innermost dimension contiguous.")
+          "written in place; any outer strides, the innermost dimension contiguous. Read-only arrays (a "
+          "read-only memory map, an array over bytes, a broadcast view) are refused (attnops.InvalidArgument "
+          "naming k_pages / v_pages): write() would write into them.")
       .def(
           "write",
           [](PyPagedCache& c, py::handle k_new, py::handle v_new, py::handle slots, py::object dtype) {

@@ -1,6 +1,11 @@
 """Serving from Python: a paged KV cache, ragged batches, plans and merge_states, against the float64
 reference applied per sequence (reference.attention with Tq = q_len, Tk = kv_len), on native and cpu.
 Tolerances per dtype are the dense ones (reference.TOLERANCE)."""
+import os
+import subprocess
+import tempfile
+import sys
+
 import numpy as np
 import pytest
 
@@ -144,3 +149,65 @@ def test_bad_input_is_a_typed_error_naming_the_argument_and_writes_nothing():
         OP.paged(q, cache, (1, 2))
     with pytest.raises(TypeError, match="PagedKVCache"):
         OP.paged(q, "cache", ok)
+
+
+def read_only_pools(shape):
+    """Arrays a cache cannot write into: a read-only copy, a bytes buffer, a broadcast view."""
+    n = int(np.prod(shape))
+    frozen = np.zeros(shape, np.float32)
+    frozen.flags.writeable = False
+    return {
+        "flag": frozen,
+        "bytes": np.frombuffer(bytes(4 * n), np.float32).reshape(shape),
+        "memoryview": memoryview(bytes(4 * n)).cast("B").cast("f", list(shape)),
+        "broadcast_to": np.broadcast_to(np.float32(0), shape),
+    }
+
+
+def test_wrap_refuses_read_only_pools_naming_them():
+    shape = (4, 2, 1, 4)
+    ok = np.zeros(shape, np.float32)
+    for pool in read_only_pools(shape).values():
+        with pytest.raises(attnops.InvalidArgument, match="k_pages.*read-only"):
+            attnops.PagedKVCache.wrap(pool, ok)
+        with pytest.raises(attnops.InvalidArgument, match="v_pages.*read-only"):
+            attnops.PagedKVCache.wrap(ok, pool)
+    # a read-only memory map crashed the interpreter at write(); in a child, so that a crash is a failure
+    child = """
+import sys, numpy as np, attnops
+np.save(sys.argv[1], np.zeros((4, 2, 1, 4), np.float32))
+k = np.load(sys.argv[1], mmap_mode="r")
+try:
+    cache = attnops.PagedKVCache.wrap(k, np.zeros((4, 2, 1, 4), np.float32))
+    cache.write(np.ones((1, 1, 4), np.float32), np.ones((1, 1, 4), np.float32), np.array([0]))
+    print("written")
+except attnops.InvalidArgument as e:
+    print("refused:", e)
+"""
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run([sys.executable, "-c", child, os.path.join(d, "k.npy")], capture_output=True, text=True,
+                           env=dict(os.environ), timeout=120)
+    assert r.returncode == 0, (r.returncode, r.stderr)
+    assert r.stdout.startswith("refused: k_pages"), r.stdout + r.stderr
+
+
+def test_paged_arguments_out_of_range_or_of_the_wrong_type_are_typed_errors():
+    cache = attnops.PagedKVCache.host(4, 4, 1, 8)
+    row = np.array([0, 1], np.int32)
+    for kv_len in (2**63 - 1, 2**40 + 1):
+        with pytest.raises(attnops.InvalidArgument, match="^kv_len"):
+            cache.gather(row, kv_len)
+    q = np.ones((2, 2, 8), np.float32)
+    batch = attnops.RaggedBatch(np.array([0, 2], np.int32), np.array([4], np.int32), np.zeros((1, 1), np.int32))
+    for bad in ("16", 16.0, [16]):
+        with pytest.raises(TypeError, match="kv_split_tokens"):
+            OP.paged(q, cache, batch, kv_split_tokens=bad)
+        with pytest.raises(TypeError, match="kv_split_tokens"):
+            attnops.plan_paged(batch, cache, num_tokens=2, num_q_heads=2, kv_split_tokens=bad)
+    assert OP.paged(q, cache, batch, kv_split_tokens=np.int64(16)).out.shape == (2, 2, 8)
+    minus5 = attnops.RaggedBatch(np.array([0, 2], np.int32), np.array([4], np.int32), np.zeros((1, 1), np.int32),
+                                 num_seqs=-5)
+    with pytest.raises(attnops.InvalidArgument, match="num_seqs"):
+        OP.paged(q, cache, minus5)
+    with pytest.raises(attnops.InvalidArgument, match="num_seqs"):
+        attnops.plan_paged(minus5, cache, num_tokens=2, num_q_heads=2)

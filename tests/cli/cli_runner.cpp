@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -82,7 +83,10 @@ pid_t start_child(const std::vector<std::string>& args, const CliOptions& o, con
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::vector<std::string> argv_strings{ATTNOPS_CLI_PATH};
+  // ATTNOPS_TEST_CLI runs the tests against another build of the program (e.g. main's, to see a
+  // new test fail before its fix); by default, this build's.
+  const char* other = std::getenv("ATTNOPS_TEST_CLI");
+  std::vector<std::string> argv_strings{other != nullptr && *other != '\0' ? other : ATTNOPS_CLI_PATH};
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& s : argv_strings) argv.push_back(s.data());
@@ -110,6 +114,10 @@ pid_t start_child(const std::vector<std::string>& args, const CliOptions& o, con
   if (o.file_size_limit >= 0) {
     const rlimit lim{static_cast<rlim_t>(o.file_size_limit), static_cast<rlim_t>(o.file_size_limit)};
     if (::setrlimit(RLIMIT_FSIZE, &lim) != 0) ::_exit(127);
+  }
+  if (o.address_space_limit >= 0) {
+    const rlimit lim{static_cast<rlim_t>(o.address_space_limit), static_cast<rlim_t>(o.address_space_limit)};
+    if (::setrlimit(RLIMIT_AS, &lim) != 0) ::_exit(127);
   }
   for (const int sig : {SIGINT, SIGTERM, SIGPIPE, SIGXFSZ}) ::signal(sig, SIG_DFL);
   sigset_t none;

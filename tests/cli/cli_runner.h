@@ -1,6 +1,7 @@
 // Runs the real `attnops` binary for the CLI tests: stdout and stderr captured in files, an
 // environment edited per call, and the way the child ended; optionally with another working
-// directory, closed standard descriptors, a file-size limit, or in the background (to signal it).
+// directory, closed standard descriptors, a file-size or address-space limit, or in the background
+// (to signal it).
 #pragma once
 
 #include <sys/types.h>
@@ -47,7 +48,8 @@ struct CliOptions {
   std::map<std::string, std::optional<std::string>> env;                 // as run_cli's `env`
   std::string cwd;                                                       // empty: the test's own
   bool close_stdin = false, close_stdout = false, close_stderr = false;  // instead of redirecting
-  long long file_size_limit = -1;  // RLIMIT_FSIZE in bytes (ulimit -f); -1: unchanged
+  long long file_size_limit = -1;      // RLIMIT_FSIZE in bytes (ulimit -f); -1: unchanged
+  long long address_space_limit = -1;  // RLIMIT_AS in bytes (ulimit -v): allocations past it fail
   double timeout_seconds = 0;      // > 0: SIGKILL after this long (a test of a hang must end)
 };
 

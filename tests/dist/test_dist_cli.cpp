@@ -36,6 +36,13 @@ Result shell(const std::string& command, const TempDir& dir) {
   return r;
 }
 
+// The program under test: this build's, or ATTNOPS_TEST_CLI's (e.g. main's, to see a new test
+// fail before its fix).
+std::string cli() {
+  const char* other = std::getenv("ATTNOPS_TEST_CLI");
+  return other != nullptr && *other != '\0' ? other : ATTNOPS_CLI;
+}
+
 std::string mpiexec(int np) {
   return std::string(ATTNOPS_MPIEXEC) + " -n " + std::to_string(np) + " " + ATTNOPS_MPIEXEC_FLAGS + " ";
 }
@@ -52,11 +59,10 @@ struct Files {
   // The common flags and the outputs with `tag` in their names.
   std::string args(const std::string& op, const std::string& tag, const std::string& extra = "") const {
     const auto f = [&](const char* n) { return dir.file(std::string(n) + tag + ".npy"); };
-    return std::string(ATTNOPS_CLI) + " run --op " + op + " --q " + dir.file("q.npy") + " --k " +
-           dir.file("k.npy") + " --v " + dir.file("v.npy") + " --sinks " + dir.file("s.npy") + " --dout " +
-           dir.file("g.npy") + " --backend cpu --threads 1 --out " + f("o") + " --lse-out " + f("l") +
-           " --dq-out " + f("dq") + " --dk-out " + f("dk") + " --dv-out " + f("dv") + " --dsinks-out " +
-           f("ds") + " " + extra;
+    return cli() + " run --op " + op + " --q " + dir.file("q.npy") + " --k " + dir.file("k.npy") + " --v " +
+           dir.file("v.npy") + " --sinks " + dir.file("s.npy") + " --dout " + dir.file("g.npy") +
+           " --backend cpu --threads 1 --out " + f("o") + " --lse-out " + f("l") + " --dq-out " + f("dq") +
+           " --dk-out " + f("dk") + " --dv-out " + f("dv") + " --dsinks-out " + f("ds") + " " + extra;
   }
   // max |a - b| over every output of two runs (inf for a shape mismatch, NaN-safe).
   double max_diff(const std::string& a, const std::string& b) const {
@@ -83,6 +89,34 @@ TEST(DistCli, OneRankIsTheLocalOperatorBitwise) {
     EXPECT_NE(r.err.find(std::string("\"kernel\": \"") + op + "("), std::string::npos) << r.err;
     EXPECT_EQ(f.max_diff("_single", std::string("_") + op), 0.0) << op;
   }
+}
+
+// `attnops info` lists the distributed operators and how they run (under mpirun in an MPI build),
+// in its table and in its JSON.
+TEST(DistCli, InfoListsRingAndUlyssesAndHowTheyRun) {
+  TempDir dir;
+  const Result text = shell(cli() + " info", dir);
+  ASSERT_EQ(text.status, 0) << text.err;
+  const std::string out = testing::read_file(dir.file("stdout.txt"));
+  const bool mpi = ATTNOPS_TEST_MPI;
+  for (const char* op : {"ring", "ulysses"}) {
+    const std::string line = [&] {
+      std::istringstream in(out);
+      for (std::string l; std::getline(in, l);)
+        if (l.rfind(std::string("  ") + op + " ", 0) == 0) return l;
+      return std::string();
+    }();
+    ASSERT_FALSE(line.empty()) << op << " missing in:\n" << out;
+    EXPECT_NE(line.find(mpi ? "mpirun -np P attnops run --op " + std::string(op) : "one process"),
+              std::string::npos)
+        << line;
+  }
+  const Result json = shell(cli() + " info --json", dir);
+  ASSERT_EQ(json.status, 0) << json.err;
+  const std::string doc = testing::read_file(dir.file("stdout.txt"));
+  for (const char* key : {"\"distributed_operators\"", "\"operator\": \"ring\"", "\"operator\": \"ulysses\"",
+                          mpi ? "\"mpi\": true" : "\"mpi\": false"})
+    EXPECT_NE(doc.find(key), std::string::npos) << key << " missing in:\n" << doc;
 }
 
 #if ATTNOPS_TEST_MPI
@@ -112,16 +146,56 @@ TEST(DistCli, ErrorsExitTwoOnEveryRankAndWriteNothing) {
   struct stat st;
   EXPECT_NE(::stat(f.dir.file("o_bad.npy").c_str(), &st), 0) << "an output was written";
   // A missing input file: rank 0's error, every rank exits.
-  r = shell(mpiexec(2) + std::string(ATTNOPS_CLI) + " run --op ring --q " + f.dir.file("nope.npy") + " --k " +
+  r = shell(mpiexec(2) + cli() + " run --op ring --q " + f.dir.file("nope.npy") + " --k " +
                 f.dir.file("k.npy") + " --v " + f.dir.file("v.npy") + " --out " + f.dir.file("o_bad.npy"),
             f.dir);
   EXPECT_EQ(r.status, 2) << r.err;
   EXPECT_NE(r.err.find("error: npy file"), std::string::npos) << r.err;
 }
 
+// Inputs whose shapes disagree with q / k are refused by rank 0's agreed checks, naming the flag,
+// before any shard moves (they used to abort the job from inside the scatter, naming neither).
+// Command-line errors carry the "error:" prefix of the single-process run.
+TEST(DistCli, WrongLengthInputsAndBadCommandLinesAreAgreedErrorsNamingTheFlag) {
+  Files f;
+  write_npy(f.dir.file("g23.npy"), random_tensor(DType::f32, {1, 23, 4, 24}, 6));
+  write_npy(f.dir.file("sq.npy"), Tensor(DType::i32, {1, 77}));
+  write_npy(f.dir.file("skv23.npy"), Tensor(DType::i32, {1, 23}));
+  write_npy(f.dir.file("sq2.npy"), Tensor(DType::i32, {2, 77}));
+  const std::string base = cli() + " run --op ring --q " + f.dir.file("q.npy") + " --k " +
+                           f.dir.file("k.npy") + " --v " + f.dir.file("v.npy") + " --out " +
+                           f.dir.file("o_bad.npy") + " --backend cpu ";
+  struct Bad {
+    std::string args, want;
+  };
+  const Bad cases[] = {
+      {"--dout " + f.dir.file("g23.npy") + " --dq-out " + f.dir.file("dq_bad.npy"),
+       "error: --dout: expected"},
+      {"--segment-ids-q " + f.dir.file("sq.npy") + " --segment-ids-kv " + f.dir.file("skv23.npy"),
+       "error: --segment-ids-kv: expected"},
+      {"--segment-ids-q " + f.dir.file("sq2.npy") + " --segment-ids-kv " + f.dir.file("skv23.npy"),
+       "error: --segment-ids-q: expected"},
+  };
+  for (const Bad& b : cases) {
+    const Result r = shell(mpiexec(2) + base + b.args, f.dir);
+    EXPECT_EQ(r.status, 2) << b.args << ": " << r.err;
+    EXPECT_NE(r.err.find(b.want), std::string::npos) << b.args << ": " << r.err;
+    EXPECT_EQ(r.err.find("MPI_ABORT"), std::string::npos) << "the job was aborted: " << r.err;
+    struct stat st;
+    EXPECT_NE(::stat(f.dir.file("o_bad.npy").c_str(), &st), 0) << "an output was written";
+  }
+  // A command-line error (a required flag missing, an unknown flag) on every rank, reported once.
+  for (const std::string& args :
+       {cli() + " run --op ring --q " + f.dir.file("q.npy"), base + "--no-such-flag"}) {
+    const Result r = shell(mpiexec(2) + args, f.dir);
+    EXPECT_EQ(r.status, 2) << args << ": " << r.err;
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << args << ": " << r.err;
+  }
+}
+
 TEST(DistCli, BenchRunsAndProjects) {
   TempDir dir;
-  const Result r = shell(mpiexec(2) + ATTNOPS_CLI +
+  const Result r = shell(mpiexec(2) + cli() +
                              " bench --distributed --shapes 1,2,128,16 --repeats 1 --ops ring,ulysses "
                              "--project --project-tokens 65536 --csv " +
                              dir.file("b.csv"),

@@ -125,6 +125,79 @@ TEST(PagedCli, BadInputsExitTwoAndWriteNothing) {
   EXPECT_THAT(e.err, HasSubstr("--k is required"));
 }
 
+// --num-seqs counts sequences: -1 (the default) means all, any other negative is refused.
+TEST(PagedCli, NegativeNumSeqsIsRefused) {
+  PagedCaseSpec s;
+  s.q_lens = {1, 2}, s.kv_lens = {10, 4};
+  const PagedCase c = make_paged_case(s);
+  const Files f(c);
+  const CliResult r = run_cli(f.args({"--num-seqs", "-5", "--backend", "cpu"}));
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("error: --num-seqs: "));
+  EXPECT_FALSE(exists(f.out));
+  const CliResult all = run_cli(f.args({"--num-seqs", "-1", "--backend", "cpu"}));
+  EXPECT_EQ(all.exit_code, 0) << all.err;
+}
+
+// Serving rows are sized before anything is allocated, as dense rows are: a row whose page ids
+// do not fit the page table's int32, or whose tensors need more than the machine's memory, ends
+// the bench before any timing with an error naming the row.
+TEST(PagedCli, BenchServingRowsAreSizedBeforeAllocating) {
+  TempDir dir;
+  const std::string head = "backends: [cpu]\ndtypes: [f32]\nrepeats: 1\nread_bandwidth_mib: 16\nserving:\n";
+  cli::testing::write_file(
+      dir.file("ids.yaml"),
+      head +
+          "  - {label: small, seqs: 1, kv_len: 64, heads: [1, 1], head_dim: 8}\n"
+          "  - {label: many_pages, seqs: 65536, kv_len: 65536, heads: [1, 1], head_dim: 1,"
+          " page_size: 1}\n");
+  cli::testing::CliOptions guard;  // without the checks the program would fill the machine: ended
+  guard.timeout_seconds = 120;
+  const CliResult a = cli::testing::run_cli_with({"bench", "--file", dir.file("ids.yaml")}, guard);
+  EXPECT_EQ(a.exit_code, 2) << a.err;
+  EXPECT_THAT(a.err, HasSubstr("serving row 'many_pages' page 1"));
+  EXPECT_THAT(a.err, HasSubstr("4294967296 pages"));
+  EXPECT_THAT(a.out, ::testing::Not(HasSubstr("read bandwidth"))) << "timed before the check";
+  cli::testing::write_file(
+      dir.file("big.yaml"),
+      head +
+          "  - {label: small, seqs: 1, kv_len: 64, heads: [1, 1], head_dim: 8}\n"
+          "  - {label: huge_pools, seqs: 64, kv_len: 1048576, heads: [64, 64], head_dim: "
+          "256, page_size: 64}\n");
+  const CliResult b = cli::testing::run_cli_with({"bench", "--file", dir.file("big.yaml")}, guard);
+  EXPECT_EQ(b.exit_code, 2) << b.err;
+  EXPECT_THAT(b.err, HasSubstr("serving row 'huge_pools' page 64 f32 needs at least"));
+  EXPECT_THAT(b.err, HasSubstr("[out_of_memory]"));
+  EXPECT_THAT(b.out, ::testing::Not(HasSubstr("read bandwidth"))) << "timed before the check";
+}
+
+// A row that fits the machine but not the process (here: an address-space limit of 256 MiB, which
+// `attnops bench` with small rows runs within; the first row's page ids alone need 512 MiB) fails
+// alone, reported in its row as dense rows report theirs; the next row runs.
+constexpr long long kAddressSpaceLimit = 256ll << 20;
+TEST(PagedCli, BenchServingRowThatCannotAllocateFailsAlone) {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  GTEST_SKIP() << "sanitizers reserve address space; RLIMIT_AS cannot be lowered under them";
+#endif
+  TempDir dir;
+  cli::testing::write_file(
+      dir.file("s.yaml"),
+      "backends: [cpu]\ndtypes: [f16]\nrepeats: 1\nread_bandwidth_mib: 16\nserving:\n"
+      "  - {label: over_the_limit, seqs: 8192, kv_len: 16384, heads: [1, 1], head_dim: 1, page_size: 1}\n"
+      "  - {label: small, seqs: 2, kv_len: 64, heads: [2, 1], head_dim: 8}\n");
+  cli::testing::CliOptions o;
+  o.address_space_limit = kAddressSpaceLimit;
+  const CliResult r = cli::testing::run_cli_with(
+      {"bench", "--file", dir.file("s.yaml"), "--serving-json", dir.file("s.json"), "--threads", "1"}, o);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto doc = nlohmann::json::parse(cli::testing::read_file(dir.file("s.json")));
+  ASSERT_EQ(doc["rows"].size(), 2u);
+  EXPECT_THAT(doc["rows"][0]["error"].get<std::string>(), HasSubstr("out_of_memory"))
+      << doc["rows"][0].dump();
+  EXPECT_EQ(doc["rows"][1]["error"], "") << doc["rows"][1].dump();
+  EXPECT_GT(doc["rows"][1]["tokens_per_s"].get<double>(), 0) << doc["rows"][1].dump();
+}
+
 TEST(PagedCli, BenchServingRows) {
   TempDir dir;
   cli::testing::write_file(

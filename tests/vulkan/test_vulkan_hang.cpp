@@ -5,16 +5,28 @@
 // it was let go (the old path waited in vkDeviceWaitIdle, which has no timeout) -- leave
 // the caller's buffers untouched, abandon the device, and the next call must run on a new one.
 // The abandoned device is destroyed at release() once its work has finished (here: let go).
+// A variant whose self-check hangs costs the check's short timeout once: it is disabled on the
+// device for the process and in the self-check cache, and later calls go straight to the next
+// variant or backend.
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include "tests/support/testing.h"
 #include "tests/vulkan/vulkan_fixture.h"
+
+#if ATTNOPS_TEST_VULKAN_BUILT
+#include "backends/vulkan/vk_selfcheck.h"
+#endif
 
 namespace attnops::testing {
 namespace {
@@ -110,6 +122,160 @@ TEST_F(VulkanHang, TheDispatcherFallsBackToTheCpu) {
   EXPECT_NE(out.decision.to_log_line().find("timed out"), std::string::npos) << out.decision.to_log_line();
   vulkan::release();
 }
+
+#if ATTNOPS_TEST_VULKAN_BUILT
+namespace fs = std::filesystem;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The number after "within " in a hung check's reason (its timeout in ms), or -1.
+long long timeout_in(const std::string& text) {
+  const auto at = text.find("did not finish within ");
+  return at == std::string::npos ? -1 : std::atoll(text.c_str() + at + 22);
+}
+
+class VulkanHungVariant : public VulkanTest {
+ protected:
+  void SetUp() override {
+    VulkanTest::SetUp();
+    if (IsSkipped()) return;
+    vulkan::reset_selfchecks();
+    unsetenv("ATTNOPS_VK_SELFTEST");
+    ::unsetenv("ATTNOPS_VK_TIMEOUT_MS");  // the default: the checks' own short timeout must apply
+    dir_ = fs::temp_directory_path() / ("attnops_hang_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    settings_ = software_ok();
+    settings_.pipeline_cache = (dir_ / "pipelines.bin").string();
+  }
+  void TearDown() override {
+    vulkan::debug::set_inject_fault(vulkan::debug::Fault::none);
+    vulkan::debug::set_fault_variant("");
+    vulkan::debug::release_injected_hangs();
+    setenv("ATTNOPS_VK_TIMEOUT_MS", "900000", 1);
+    vulkan::reset_selfchecks();
+    vulkan::release();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+    VulkanTest::TearDown();
+  }
+  std::string cache_text() const { return slurp(settings_.pipeline_cache + ".selfcheck"); }
+  // A prefill with GQA that lavapipe runs with flash_subgroup, else flash_rowwise.
+  Case subgroup_case() { return make_case(Spec().shape(1, 24, 40).heads(4, 2).dim(16).causal(true), 19); }
+  fs::path dir_;
+  GpuSettings settings_;
+};
+
+// flash_subgroup hangs (default settings): its check times out after the check's timeout, not
+// the calls' 120 s, the variant is off, flash_rowwise is checked and runs the call, right. The
+// next call submits flash_rowwise's work only; so does a new process (the cache file says so).
+TEST_F(VulkanHungVariant, AHungVariantIsSubmittedOnceAndLaterCallsGoStraightToTheNext) {
+  Case c = subgroup_case();
+  const AttentionProblem p = problem_for(c);
+  vulkan::debug::set_inject_fault(vulkan::debug::Fault::hang);
+  vulkan::debug::set_fault_variant("flash_subgroup");
+
+  auto before = vulkan::debug::object_counts();
+  AttentionBuffers b = allocate_buffers(p);
+  vulkan::run(vulkan::Kernel::flash, p, nullptr, settings_, b);
+  auto after = vulkan::debug::object_counts();
+  EXPECT_TRUE(within_tolerance(p, b));
+  EXPECT_EQ(b.run.kernel, "flash_rowwise") << b.run.kernel_detail;
+  EXPECT_NE(b.run.kernel_detail.find("flash_subgroup: selftest_failed: hung: its check did not finish"),
+            std::string::npos)
+      << b.run.kernel_detail;
+  const long long waited = timeout_in(b.run.kernel_detail);
+  EXPECT_GT(waited, 0) << b.run.kernel_detail;
+  EXPECT_LT(waited, 120000) << "the check waited as long as a call: " << b.run.kernel_detail;
+  // Each check is two submissions (its pipelines compiled by empty dispatches, then the timed
+  // run): flash_subgroup's (hung), flash_rowwise's, then the call.
+  EXPECT_EQ(after.submissions - before.submissions, 5u);
+
+  before = vulkan::debug::object_counts();
+  AttentionBuffers again = allocate_buffers(p);
+  vulkan::run(vulkan::Kernel::flash, p, nullptr, settings_, again);
+  after = vulkan::debug::object_counts();
+  EXPECT_EQ(again.run.kernel, "flash_rowwise") << again.run.kernel_detail;
+  EXPECT_EQ(after.submissions - before.submissions, 1u) << "the hung variant was tried again";
+  EXPECT_TRUE(within_tolerance(p, again));
+
+  const std::string text = cache_text();
+  EXPECT_NE(text.find("\nhang\tflash_subgroup\thung: "), std::string::npos) << text;
+  bool listed = false;
+  for (const auto& e : vulkan::selfcheck_results(settings_))
+    listed = listed || (e.hung && e.key == "flash_subgroup (every configuration)" && !e.passed);
+  EXPECT_TRUE(listed);
+
+  vulkan::reset_selfchecks();  // as a new process: read back, nothing of flash_subgroup submitted
+  before = vulkan::debug::object_counts();
+  AttentionBuffers later = allocate_buffers(p);
+  vulkan::run(vulkan::Kernel::flash, p, nullptr, settings_, later);
+  after = vulkan::debug::object_counts();
+  EXPECT_EQ(later.run.kernel, "flash_rowwise") << later.run.kernel_detail;
+  EXPECT_EQ(after.submissions - before.submissions, 1u);
+}
+
+// Every variant hangs: under the dispatcher each is submitted once (its check), then the gpu is
+// refused with selftest_failed and the cpu answers; the next call submits nothing.
+TEST_F(VulkanHungVariant, WhenEveryVariantHangsTheCpuAnswersAndTheGpuIsNotTriedAgain) {
+  Case c = subgroup_case();
+  vulkan::debug::set_inject_fault(vulkan::debug::Fault::hang);
+  Config cfg;
+  cfg.backends = std::vector<Backend>{Backend::gpu, Backend::cpu};
+  cfg.gpu_allow_software = true;
+  cfg.gpu_pipeline_cache = settings_.pipeline_cache;
+  Registry r;
+  register_builtin_operators(r);
+  const Attention attn = r.get("flash_attn2", cfg);
+  auto before = vulkan::debug::object_counts();
+  const AttentionOutput out = attn(c.q, c.k, c.v, c.options);
+  auto after = vulkan::debug::object_counts();
+  EXPECT_EQ(out.decision.backend, Backend::cpu) << out.decision.to_log_line();
+  EXPECT_TRUE(out.decision.has(ReasonCode::selftest_failed)) << out.decision.to_log_line();
+  const std::string log = out.decision.to_log_line();
+  EXPECT_NE(log.find("flash_subgroup: selftest_failed: hung"), std::string::npos) << log;
+  EXPECT_NE(log.find("flash_rowwise: selftest_failed: hung"), std::string::npos) << log;
+  EXPECT_EQ(after.submissions - before.submissions, 4u) << log;  // one check (two submissions) per variant
+
+  before = vulkan::debug::object_counts();
+  const AttentionOutput next = attn(c.q, c.k, c.v, c.options);
+  after = vulkan::debug::object_counts();
+  EXPECT_EQ(next.decision.backend, Backend::cpu);
+  EXPECT_TRUE(next.decision.has(ReasonCode::selftest_failed)) << next.decision.to_log_line();
+  EXPECT_EQ(after.submissions - before.submissions, 0u);
+  EXPECT_EQ(after.devices - before.devices, 0u) << "a new device was made for nothing";
+}
+
+// A call that times out (here: a 300 ms call timeout and a hang injected after its variant passed
+// its check) has its variant checked again by the next call, under the check's timeout.
+TEST_F(VulkanHungVariant, ACallThatTimesOutHasItsVariantCheckedAgain) {
+  Case c = subgroup_case();
+  const AttentionProblem p = problem_for(c);
+  AttentionBuffers warm = allocate_buffers(p);
+  vulkan::run(vulkan::Kernel::flash, p, nullptr, settings_, warm);  // flash_subgroup's check passes
+  ASSERT_EQ(warm.run.kernel.rfind("flash_subgroup", 0), 0u) << warm.run.kernel_detail;
+  setenv("ATTNOPS_VK_TIMEOUT_MS", "300", 1);
+  vulkan::debug::set_inject_fault(vulkan::debug::Fault::hang);
+  vulkan::debug::set_fault_variant("flash_subgroup");
+  AttentionBuffers b = allocate_buffers(p);
+  EXPECT_THROW(vulkan::run(vulkan::Kernel::flash, p, nullptr, settings_, b), Error);
+  EXPECT_EQ(cache_text().find("pass\tflash_subgroup"), std::string::npos) << "its pass is still trusted";
+  ::unsetenv("ATTNOPS_VK_TIMEOUT_MS");
+  const auto before = vulkan::debug::object_counts();
+  AttentionBuffers next = allocate_buffers(p);
+  vulkan::run(vulkan::Kernel::flash, p, nullptr, settings_, next);
+  const auto after = vulkan::debug::object_counts();
+  EXPECT_EQ(next.run.kernel, "flash_rowwise") << next.run.kernel_detail;
+  EXPECT_NE(next.run.kernel_detail.find("flash_subgroup: selftest_failed: hung"), std::string::npos)
+      << next.run.kernel_detail;
+  EXPECT_EQ(after.submissions - before.submissions, 5u);  // the two checks (two each) and the call
+  EXPECT_TRUE(within_tolerance(p, next));
+}
+#endif
 
 }  // namespace
 }  // namespace attnops::testing

@@ -42,27 +42,6 @@ class ScopedEnv {
   std::optional<std::string> old_;
 };
 
-// Built with ATTNOPS_WITH_VULKAN=OFF (or without loader / glslc): the stub says why, typed.
-TEST(VulkanStub, ReportsWhyTheBackendIsUnavailable) {
-  if (vulkan::compiled_in()) GTEST_SKIP() << "the real Vulkan backend is compiled in";
-  const Availability a = vulkan::availability(software_ok());
-  EXPECT_FALSE(a.available);
-  EXPECT_NE(a.detail.find("built without Vulkan"), std::string::npos) << a.detail;
-  EXPECT_TRUE(vulkan::list_devices(software_ok()).empty());
-  Case c = make_case(Spec().shape(1, 3, 5), 1);
-  AttentionProblem p = problem_for(c);
-  const auto reason = vulkan::check_inputs(vulkan::Kernel::vanilla, p, software_ok());
-  ASSERT_TRUE(reason.has_value());
-  EXPECT_EQ(reason->code, ReasonCode::backend_unavailable);
-  AttentionBuffers b = allocate_buffers(p);
-  try {
-    vulkan::run(vulkan::Kernel::vanilla, p, nullptr, software_ok(), b);
-    ADD_FAILURE() << "the stub's run() did not throw";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::backend_unavailable) << e.what();
-  }
-}
-
 using VulkanRuntime = VulkanTest;
 
 TEST_F(VulkanRuntime, ListsDevicesWithTheirLimits) {

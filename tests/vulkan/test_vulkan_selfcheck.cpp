@@ -34,7 +34,7 @@ class VulkanSelfCheck : public VulkanTest {
   }
   void TearDown() override {
     vulkan::debug::set_inject_fault(vulkan::debug::Fault::none);
-    vulkan::debug::set_wrong_result_variant("");
+    vulkan::debug::set_fault_variant("");
     unsetenv("ATTNOPS_VK_SELFTEST");
     vulkan::reset_selfchecks();
     VulkanTest::TearDown();
@@ -70,7 +70,7 @@ TEST_F(VulkanSelfCheck, AWrongResultDisablesTheVariantAndTheNextRuns) {
   Case c = subgroup_case();
   const AttentionProblem p = problem_for(c);
   vulkan::debug::set_inject_fault(vulkan::debug::Fault::wrong_result);
-  vulkan::debug::set_wrong_result_variant("flash_subgroup");
+  vulkan::debug::set_fault_variant("flash_subgroup");
   AttentionBuffers b = allocate_buffers(p);
   vulkan::run(vulkan::Kernel::flash, p, nullptr, software_ok(), b);
   EXPECT_TRUE(within_tolerance(p, b));
@@ -148,7 +148,7 @@ TEST_F(VulkanSelfCheck, ResultsAreCachedBesideThePipelineCache) {
   const AttentionProblem p = problem_for(c);
 
   vulkan::debug::set_inject_fault(vulkan::debug::Fault::wrong_result);
-  vulkan::debug::set_wrong_result_variant("flash_subgroup");
+  vulkan::debug::set_fault_variant("flash_subgroup");
   AttentionBuffers b = allocate_buffers(p);
   vulkan::run(vulkan::Kernel::flash, p, nullptr, s, b);
   EXPECT_EQ(b.run.kernel, "flash_rowwise");
