@@ -11,13 +11,15 @@
 
 #include <cstdint>
 
-#if ATTNOPS_TIER_LEVEL >= 1
+#include "backends/cpu/simd16.h"  // ATTNOPS_SIMD_LEVEL
+
+#if ATTNOPS_SIMD_LEVEL >= 1
 #include <immintrin.h>
 #endif
 
 namespace attnops::cpu::ATTNOPS_TIER_NS::transpose {
 
-#if ATTNOPS_TIER_LEVEL >= 1
+#if ATTNOPS_SIMD_LEVEL >= 1
 // dst[c * ldd + r] = src[r * lds + c] for r, c < 8.
 inline void block8x8(const float* src, std::int64_t lds, float* dst, std::int64_t ldd) {
   __m256 r[8], t[8];
@@ -42,7 +44,7 @@ inline void block8x8(const float* src, std::int64_t lds, float* dst, std::int64_
 inline void transpose_rows(const float* src, std::int64_t lds, std::int64_t rows, std::int64_t cols,
                            float* dst, std::int64_t ldd) {
   std::int64_t r8 = 0;
-#if ATTNOPS_TIER_LEVEL >= 1
+#if ATTNOPS_SIMD_LEVEL >= 1
   r8 = rows / 8 * 8;
   const std::int64_t c8 = cols / 8 * 8;
   for (std::int64_t r = 0; r < r8; r += 8) {

@@ -99,9 +99,9 @@ inline constexpr i64 kPrefetchAheadBytes = 4096;  // K: about two rows ahead at 
 // and 16 registers): rows per tile, accumulators per row in dot_tile (alternating 16-element
 // chunks to hide FMA latency), and V16 column slices per row in pv_tile. Beyond these the
 // accumulators would spill to the stack.
-#if ATTNOPS_TIER_LEVEL >= 2
+#if ATTNOPS_SIMD_LEVEL >= 2
 inline constexpr int kDecodeRows = 4, kDotAcc = 2, kPvVecs = 4;
-#elif ATTNOPS_TIER_LEVEL == 1
+#elif ATTNOPS_SIMD_LEVEL == 1
 inline constexpr int kDecodeRows = 4, kDotAcc = 1, kPvVecs = 1;
 #else
 inline constexpr int kDecodeRows = 2, kDotAcc = 1, kPvVecs = 1;

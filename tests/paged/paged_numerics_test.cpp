@@ -72,7 +72,7 @@ PagedCaseSpec random_spec(std::uint64_t seed) {
 }
 
 // The cpu paged kernel on one tier, through the lower-level entry point.
-AttentionOutput run_cpu_tier(const PagedCase& c, cpu::Isa tier, int threads = 0) {
+AttentionOutput run_cpu_tier(const PagedCase& c, const cpu::ForcedTier& tier, int threads = 0) {
   OperationMetadata md;
   md.num_threads = threads;
   const PagedPlan plan = plan_paged(c.batch, c.cache.spec(), c.N, c.spec.Hq, c.options);
@@ -117,7 +117,7 @@ TEST_P(RandomBatch, NativeIsTheDenseOracleAndCpuTiersAreWithinTolerance) {
     EXPECT_TRUE(rows_match(c, s, native, dense.back(), 0, 0));
   }
   const Tolerance tol = tolerance_for(spec.dtype);
-  for (cpu::Isa tier : cpu_tiers_to_test()) {
+  for (const cpu::ForcedTier& tier : cpu_kernel_tiers_to_test()) {
     SCOPED_TRACE(tier_label(tier));
     const AttentionOutput cpu = run_cpu_tier(c, tier);
     EXPECT_TRUE(cpu.decision.run.batch_invariant);

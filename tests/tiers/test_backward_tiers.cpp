@@ -1,5 +1,6 @@
 // The CPU backward (backends/cpu/tiled_backward.cpp) on every ISA tier this machine runs
-// (testing::cpu_tiers_to_test: lower tiers forced through cpu::tiled_backward's tier argument),
+// (testing::cpu_kernel_tiers_to_test: lower tiers forced through cpu::tiled_backward's tier argument,
+// and the emulated builds of the tiers above),
 // each against the fp64 backward oracle (native::reference_backward_f64) on small shapes: odd
 // sizes, Tq != Tk, head dims that are not multiples of 16, Dv != D, GQA ratios, every mask kind,
 // segments, bias (full and broadcast), soft cap, sinks, fully masked rows, f32 / f16 / bf16, block
@@ -76,11 +77,11 @@ TEST_P(BackwardTiers, EveryTierMatchesOracle) {
   const BlockMap map = build_block_map(p.mask, p.Hq, p.Tq, p.Tk, tc.bq, tc.bk);
   const native::ReferenceGradients want = native::reference_backward_f64(bc.bp);
   SCOPED_TRACE(c.describe());
-  for (const cpu::Isa tier : testing::cpu_tiers_to_test()) {
+  for (const cpu::ForcedTier& tier : testing::cpu_kernel_tiers_to_test()) {
     GradientBuffers got = allocate_gradient_buffers(bc.bp);
     cpu::tiled_backward(bc.bp, map, got, tier);
     EXPECT_TRUE(testing::gradients_match(bc.bp, want, got)) << testing::tier_label(tier);
-    EXPECT_EQ(got.run.kernel, cpu::isa_name(tier)) << got.run.kernel_detail;
+    EXPECT_EQ(got.run.kernel, cpu::isa_name(tier.isa)) << got.run.kernel_detail;
   }
 }
 
