@@ -141,13 +141,15 @@ inline void qk(const tiled::TileOperands& t, const std::uint16_t* qp, i64 bqp, i
 
 // O^T = alpha * O^T + V^T P^T for the chunk's NC lane vectors from n0, keys [c_a, c_b) (multiples
 // of 32 from the tile start; pp holds their pairs from c_a). ot has ot_rows (Dv rounded to 16) rows.
+// alpha == nullptr: every factor is exactly 1 (no row's max changed), no rescale pass.
 inline void pv(const tiled::TileOperands& t, const std::uint16_t* pp, i64 bqp, i64 ot_rows, i64 n0, int NC,
                i64 c_a, i64 c_b, const float* alpha, float* ot) {
-  for (i64 e = 0; e < ot_rows; ++e)
-    for (int n = 0; n < NC; ++n) {
-      float* o = ot + e * bqp + (n0 + n) * 16;
-      simd::store(o, simd::mul(simd::load(o), simd::load(alpha + (n0 + n) * 16)));
-    }
+  if (alpha)
+    for (i64 e = 0; e < ot_rows; ++e)
+      for (int n = 0; n < NC; ++n) {
+        float* o = ot + e * bqp + (n0 + n) * 16;
+        simd::store(o, simd::mul(simd::load(o), simd::load(alpha + (n0 + n) * 16)));
+      }
   for (i64 e0 = 0; e0 < ot_rows; e0 += 32)
     for (int n = 0; n < NC; n += 2) {
       const i64 l0 = (n0 + n) * 16;

@@ -45,6 +45,15 @@ struct PackedKv {
   i64 k_rows = 0, ldvt = 0, dv16 = 0;
 };
 
+// Keys of one softmax step on the AMX path: consecutive full kv blocks of a q block's row are
+// taken together up to this many keys (PyTorch's CPU flash attention uses 512 as well), so that
+// O^T goes through the C tiles (a load and a store) and its rescale once per 512 keys instead of
+// once per block; its S^T and P^T then live in L2. Other paths step one block at a time.
+inline constexpr i64 kAmxSpanKeys = 512;
+inline constexpr i64 span_keys(Path p, i64 bk) {
+  return p == Path::amx && bk < kAmxSpanKeys ? kAmxSpanKeys / bk * bk : bk;
+}
+
 struct Ctx {
   const AttentionProblem& p;
   const BlockMap& map;
@@ -52,6 +61,7 @@ struct Ctx {
   i64 bq, bk, bqp;  // block sizes; bqp = bq rounded up to 16 (lanes of a q block)
   i64 Dp;           // padded_d(path, D)
   i64 ot_rows;      // rows of O^T: Dv, or Dv rounded to 16 (AMX C tiles)
+  i64 span;         // most keys of one softmax step: span_keys(path, bk)
   PackedKv packed;
 };
 
@@ -84,11 +94,11 @@ struct Scratch {
   Scratch(const Ctx& x, Path path) {
     const AttentionProblem& p = x.p;
     const bool convert = path == Path::f32 && p.dtype != DType::f32;
-    const i64 bk_rows = round_up(x.bk, 16) + 16;  // S^T rows: AMX writes whole 16-key tiles
+    const i64 st_rows = round_up(x.span, 16) + 16;  // S^T rows: AMX writes whole 16-key tiles
     qt = aligned_array<float>(path == Path::f32 ? p.D * x.bqp : 0);
     qp = aligned_array<std::uint16_t>(path == Path::f32 ? 0 : x.Dp * x.bqp);
-    st = aligned_array<float>(bk_rows * x.bqp);
-    pp = aligned_array<std::uint16_t>(path == Path::f32 ? 0 : (round_up(x.bk, 32) + 32) * x.bqp);
+    st = aligned_array<float>(st_rows * x.bqp);
+    pp = aligned_array<std::uint16_t>(path == Path::f32 ? 0 : (round_up(x.span, 32) + 32) * x.bqp);
     ot = aligned_array<float>(x.ot_rows * x.bqp);
     kpack_f = aligned_array<float>(convert ? x.bk * p.D : 0);
     vpack_f = aligned_array<float>(convert ? x.bk * p.Dv : 0);
