@@ -23,6 +23,8 @@
 //       NaN stays NaN (the non-finite policy, backends/common/softmax_policy.h)
 //   reduce_add(a), reduce_max(a)
 //   widen_n(p, bf16, n): n (0..16) f16 or bf16 values widened to fp32 (exact), 0 beyond
+//   widen_pairs_n(p, n, even, odd): n (0..32) bf16 values widened as pairs, even[l] = p[2l],
+//       odd[l] = p[2l + 1], 0 beyond (a shift and a mask per 32 values)
 #pragma once
 
 #if !defined(ATTNOPS_TIER_NS) || !defined(ATTNOPS_TIER_LEVEL)

@@ -2,6 +2,7 @@
 //
 // A BF32 holds 32 bf16 values as 16 pairs, pair l in 32-bit lane l: (x[2l], x[2l + 1]). On it:
 //   bf32_load(p)                 the 32 values p[0..32)
+//   bf32_load_n(p, n)            the n (0..32) values p[0..n), 0 beyond (nothing past them is read)
 //   bf32_pair(p)                 the pair (p[0], p[1]) in every lane
 //   bf32_half_pair(p)            the pair (p[0], 0) in every lane (a row's last, odd element)
 //   dot_pairs(acc, a, b)         VDPBF16PS: acc[l] += a[2l+1] b[2l+1], then += a[2l] b[2l]
@@ -52,6 +53,10 @@ struct BF32 {
 };
 inline BF32 bf32_load(const std::uint16_t* p) {
   return {_mm512_loadu_si512(p)};
+}
+inline BF32 bf32_load_n(const std::uint16_t* p, int n) {
+  const __mmask32 m = n >= 32 ? ~__mmask32{0} : (__mmask32{1} << (n > 0 ? n : 0)) - 1;
+  return {_mm512_maskz_loadu_epi16(m, p)};
 }
 inline BF32 bf32_pair(const std::uint16_t* p) {
   std::uint32_t u;
@@ -140,6 +145,11 @@ inline BF32 bf32_load(const std::uint16_t* p) {
   BF32 r;
   std::memcpy(r.u, p, sizeof r.u);
   return r;
+}
+inline BF32 bf32_load_n(const std::uint16_t* p, int n) {
+  std::uint16_t x[32] = {};
+  std::memcpy(x, p, static_cast<std::size_t>(n < 0 ? 0 : n > 32 ? 32 : n) * sizeof(std::uint16_t));
+  return bf32_load(x);
 }
 inline BF32 bf32_pair(const std::uint16_t* p) {
   std::uint32_t u;
