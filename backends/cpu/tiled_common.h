@@ -83,6 +83,13 @@ inline bool transposes_v(const AttentionProblem& p) {
   return kVTransposed && p.dtype == DType::f32 && p.v.stride(1) * 4 >= kVTransposeMinStrideBytes;
 }
 
+// AVX2: the f32 Q K^T product reads K tiles copied into contiguous rows (kpack_f) where K's rows
+// lie 4 KiB or more apart in place. From rows 8 KiB apart (H16 D128) the 6-row micro-tile read 6
+// streams that share L1 sets and that no prefetcher followed: perf, 1 thread, Zen 3, B1 H16 T2048
+// D128 f32: the product took 1.5x the O^T update's time (same FLOPs), with the copy 1.0x (the
+// copy 6.7% of the time, the kernel +5% by CPU time on a loaded machine).
+inline constexpr bool kCopyK = ATTNOPS_TIER_LEVEL == 1;
+
 // Q rows converted per step of the Q^T block's transposition (tiled_cpu.cpp).
 inline constexpr i64 kQRows = 16;
 
@@ -100,7 +107,7 @@ struct Scratch {
     st = aligned_array<float>(st_rows * x.bqp);
     pp = aligned_array<std::uint16_t>(path == Path::f32 ? 0 : (round_up(x.span, 32) + 32) * x.bqp);
     ot = aligned_array<float>(x.ot_rows * x.bqp);
-    kpack_f = aligned_array<float>(convert ? x.bk * p.D : 0);
+    kpack_f = aligned_array<float>(convert || (path == Path::f32 && kCopyK) ? x.bk * p.D : 0);
     vpack_f = aligned_array<float>(convert ? x.bk * p.Dv : 0);
     vt_f = aligned_array<float>(path == Path::f32 && transposes_v(p) ? p.Dv * x.bk : 0);
     vpack_h = aligned_array<std::uint16_t>(path == Path::bf16_dot ? round_up(x.bk, 2) * p.Dv : 0);

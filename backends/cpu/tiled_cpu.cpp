@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
@@ -78,7 +79,14 @@ tiled::TileOperands tile_operands(const tiled::Ctx& x, tiled::Scratch& s, i64 b,
   t.j0 = j0;
   t.nc = nc;
   if constexpr (P == Path::f32) {
-    if (p.dtype == DType::f32) {
+    if (p.dtype == DType::f32 && tiled::kCopyK && p.k.stride(1) * 4 >= tiled::kVTransposeMinStrideBytes) {
+      for (i64 c = 0; c < nc; ++c)
+        std::memcpy(s.kpack_f.get() + c * p.D, at(p.k, b, j0 + c, kh), static_cast<std::size_t>(p.D) * 4);
+      t.kf = s.kpack_f.get();
+      t.ldk = p.D;
+      t.vf = reinterpret_cast<const float*>(at(p.v, b, j0, kh));
+      t.ldv = p.v.stride(1);
+    } else if (p.dtype == DType::f32) {
       t.kf = reinterpret_cast<const float*>(at(p.k, b, j0, kh));
       t.vf = reinterpret_cast<const float*>(at(p.v, b, j0, kh));
       t.ldk = p.k.stride(1);
@@ -210,6 +218,18 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
       if (hi < qseg_lo || lo > qseg_hi) continue;
     }
     // The tile's K and V operands in the path's layout.
+    // The next step's K and V rows are asked for into L2 while this one is computed: a task reads
+    // its kv head's whole K and V (1 MiB at Tk 2048 D128 f32), rows 8 KiB apart (H16) that the
+    // hardware prefetchers do not follow, so without this every tile's first touch of a row
+    // waited on L3 or DRAM. The AMX path reads K/V packed once per call, contiguously.
+    if (P != Path::amx && bi < blocks.size()) {
+      const i64 jn = static_cast<i64>(blocks[bi].kv) * bk, nn = std::min(bk, Tk - jn);
+      const i64 es = static_cast<i64>(dtype_size(p.dtype));
+      for (i64 c = 0; c < nn; ++c) {
+        vanilla::prefetch_bytes_l2(at(p.k, b, jn + c, kh), p.D * es);
+        vanilla::prefetch_bytes_l2(at(p.v, b, jn + c, kh), p.Dv * es);
+      }
+    }
     const tiled::TileOperands t = tile_operands<P>(x, s, b, kh, j0, nc);
 
     // One chunk of up to 64 query rows (kMaxNC vectors) at a time: S^T = K Q^T, online softmax,
