@@ -150,6 +150,30 @@ TEST(PagedNumerics, LongDecodeSplitsAndPrefillPastAPage) {
   }
 }
 
+// A prefill large enough to run on every thread (a tile item of over 4M pairs: its keys gathered,
+// its output checked and scattered in pieces of rows on the threads), beside a decode, on
+// every kernel tier at 3 threads; pages handed out shuffled.
+TEST(PagedNumerics, LargePrefillCopiesInPiecesOnEveryThread) {
+  PagedCaseSpec s;
+  s.q_lens = {1, 1100};
+  s.kv_lens = {50, 1300};
+  s.Hq = 4, s.Hkv = 2, s.D = 32, s.Dv = 32, s.page_size = 16;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    s.dtype = dt;
+    SCOPED_TRACE(s.describe());
+    const PagedCase c = make_paged_case(s);
+    const Tolerance tol = tolerance_for(dt);
+    const AttentionOutput want = dense_oracle(c, 1);
+    for (const cpu::ForcedTier& tier : cpu_kernel_tiers_to_test()) {
+      SCOPED_TRACE(tier_label(tier));
+      const AttentionOutput cpu = run_cpu_tier(c, tier, 3);
+      EXPECT_NE(cpu.decision.run.kernel_detail.find("0 on one thread each"), std::string::npos)
+          << cpu.decision.run.kernel_detail;
+      EXPECT_TRUE(rows_match(c, 1, cpu, want, tol.out, tol.lse));
+    }
+  }
+}
+
 // The dense form of the operator (attn(q, k, v)) runs the paged cpu kernels.
 TEST(PagedNumerics, DenseCallsRunThePagedKernels) {
   OperationMetadata md;
