@@ -64,6 +64,20 @@ std::vector<TierCase> tier_cases() {
         s.dtype = DType::bf16, s.window = Window{5, 0}, s.segments = true, s.D = 40;
       },
       32, 16);
+  // Every f32 case again in bf16: from the amx tier up its products run on tiles
+  // (tiled_backward_amx.h), with the elementwise work of each feature around them.
+  const std::size_t n = cases.size();
+  for (std::size_t i = 0; i < n; ++i)
+    if (cases[i].spec.dtype == DType::f32 && cases[i].name.rfind("f32_", 0) == 0) {
+      TierCase c = cases[i];
+      c.name = "bf16" + c.name.substr(3);
+      c.spec.dtype = DType::bf16;
+      cases.push_back(c);
+    }
+  // Larger than a tile in every dim, odd sizes: several q and kv blocks, full ones and the edges.
+  add(
+      "bf16_blocks_full_and_edges",
+      [](CaseSpec& s) { s.dtype = DType::bf16, s.Tq = 150, s.Tk = 170, s.D = 56, s.Dv = 36; }, 64, 48);
   return cases;
 }
 
