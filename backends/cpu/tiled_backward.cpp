@@ -190,7 +190,7 @@ void Backward::dq_task(Scratch& s, i64 b, i64 h, i64 qb) const {
       if (pk) {  // dS^T as bf16 pairs of keys over [c_a, c_b), 32-key tile rows of K^T
         const i64 c_a = c_lo / 32 * 32, c_b = std::min(round_up(c_hi, 32), round_up(nc, 32));
         bwd_amx::store_row_pairs(st, bqp, n0, NC, c_a, c_b, c_lo, c_hi, s.a_dsp.get());
-        bwd_amx::cols_times_pairs(pk->kt_of(b * p.Hkv + kh) + j0, pk->ldkt, s.a_dsp.get(), bqp, dq_rows, n0,
+        bwd_amx::cols_times_pairs(pk->kt_of(b * p.Hkv + kh) + j0, pk->k_rows, s.a_dsp.get(), bqp, dq_rows, n0,
                                   NC, c_a, c_b, dqt);
         continue;
       }
@@ -363,7 +363,7 @@ const char* tiled_backward(const BackwardProblem& bp, const BlockMap& map, Gradi
 #if ATTNOPS_TIER_LEVEL >= 4
   bwd_amx::Packed packed;
   if (tiles) {
-    packed = bwd_amx::pack_call(p, nt);
+    packed = bwd_amx::pack_call(bp, nt);
     scratch.clear();
     for (int t = 0; t < nt; ++t) scratch.emplace_back(bq, bk, bqp, bkp, p.D, p.Dv, false, true);
   }

@@ -24,10 +24,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "attnops/backward.h"
 #include "backends/cpu/aligned.h"
 #include "backends/cpu/pool_for.h"
 #include "backends/cpu/simd16_bf16.h"
 #include "backends/cpu/tiled_amx.h"
+#include "backends/cpu/transpose_tile.h"
 
 namespace attnops::cpu::ATTNOPS_TIER_NS::bwd_amx {
 
@@ -43,74 +45,124 @@ inline const std::uint16_t* row_of(const TensorView& t, i64 b, i64 i, i64 h) {
   return static_cast<const std::uint16_t*>(t.data()) + b * t.stride(0) + i * t.stride(1) + h * t.stride(2);
 }
 
-// The call's K rows [k_rows][Dp], V rows [k_rows][Dvp] and K^T [D16][ldkt] of every (batch, kv
-// head), bf16, zero past the data (k_rows = Tk rounded to 32, plus 32; ldkt the same).
-struct Packed {
-  AlignedArray<std::uint16_t> kr, vr, kt;
-  i64 k_rows = 0, ldkt = 0, Dp = 0, Dvp = 0, D16 = 0;
-  const std::uint16_t* k_rows_of(i64 head) const { return kr.get() + head * k_rows * Dp; }
-  const std::uint16_t* v_rows_of(i64 head) const { return vr.get() + head * k_rows * Dvp; }
-  const std::uint16_t* kt_of(i64 head) const { return kt.get() + head * D16 * ldkt; }
-};
+// 32-bit words from the pairs of 16-bit elements (the AMX B and transposed-A layouts are 32-bit
+// transposes of bf16 pairs, transpose_tile.h's transpose_words).
+inline std::uint32_t* words(std::uint16_t* p) {
+  return reinterpret_cast<std::uint32_t*>(p);
+}
 
-inline Packed pack_call(const AttentionProblem& p, int threads) {
-  Packed pk;
-  pk.Dp = up(p.D, 32), pk.Dvp = up(p.Dv, 32), pk.D16 = up(p.D, 16);
-  pk.k_rows = pk.ldkt = up(p.Tk, 32) + 32;
-  const i64 heads = p.B * p.Hkv;
-  pk.kr = aligned_array<std::uint16_t>(heads * pk.k_rows * pk.Dp);
-  pk.vr = aligned_array<std::uint16_t>(heads * pk.k_rows * pk.Dvp);
-  pk.kt = aligned_array<std::uint16_t>(heads * pk.D16 * pk.ldkt);
-  const i64 blocks = pk.k_rows / 32;  // work items: 32 keys of one head
-  auto item = [&](int, i64 it) {
-    const i64 head = it / blocks, b = head / p.Hkv, kh = head % p.Hkv, j0 = it % blocks * 32;
-    std::uint16_t* kr = pk.kr.get() + head * pk.k_rows * pk.Dp;
-    std::uint16_t* vr = pk.vr.get() + head * pk.k_rows * pk.Dvp;
-    std::uint16_t* kt = pk.kt.get() + head * pk.D16 * pk.ldkt;
-    for (i64 j = j0; j < j0 + 32; ++j) {
-      const bool real = j < p.Tk;
-      std::uint16_t* k = kr + j * pk.Dp;
-      std::uint16_t* v = vr + j * pk.Dvp;
-      std::fill(k, k + pk.Dp, std::uint16_t{0});
-      std::fill(v, v + pk.Dvp, std::uint16_t{0});
-      if (real) {
-        std::memcpy(k, row_of(p.k, b, j, kh), static_cast<std::size_t>(p.D) * 2);
-        std::memcpy(v, row_of(p.v, b, j, kh), static_cast<std::size_t>(p.Dv) * 2);
+// out[d * ld + r] = t(b, i0 + r, h, d) for r < n, d < Dt (16-bit; ld even; out zeroed by the
+// caller): rows r, r + 1 interleaved into 32-bit words, then a 32-bit transpose, 32 x 32 at a time.
+inline void pack_transposed(const TensorView& t, i64 b, i64 h, i64 i0, i64 n, i64 Dt, std::uint16_t* out,
+                            i64 ld) {
+  alignas(64) std::uint16_t w[16 * 64];  // 16 word rows (32 source rows) x 32 words (32 columns)
+  for (i64 r0 = 0; r0 < n; r0 += 32) {
+    const i64 rows = std::min<i64>(32, n - r0), wrows = (rows + 1) / 2;
+    for (i64 d0 = 0; d0 < Dt; d0 += 32) {
+      const int cols = static_cast<int>(std::min<i64>(32, Dt - d0));
+      for (i64 k = 0; k < wrows; ++k) {
+        const std::uint16_t* a = row_of(t, b, i0 + r0 + 2 * k, h) + d0;
+        const std::uint16_t* c = 2 * k + 1 < rows ? row_of(t, b, i0 + r0 + 2 * k + 1, h) + d0 : nullptr;
+        simd::interleave_rows(a, c, cols, w + k * 64);
       }
-      for (i64 d = 0; d < pk.D16; ++d) kt[d * pk.ldkt + j] = real && d < p.D ? k[d] : std::uint16_t{0};
+      transpose::transpose_words(words(w), 32, wrows, cols, words(out + d0 * ld + r0), ld / 2);
     }
-  };
-  pool_for(threads, heads * blocks, item);
-  return pk;
+  }
 }
 
 // out[((d / 2) * ld + r) * 2 + d % 2] = t(b, i0 + r, h, d) for r < nr, d < Dt; 0 for r in
-// [nr, lanes) and d in [Dt, Dp): rows of t as pairs along d over `lanes` lanes (a B operand).
+// [nr, lanes) and d in [Dt, Dp): rows of t as pairs along d over `lanes` lanes (a B operand), a
+// 32-bit transpose of the rows seen as words (element by element for odd dims or strides).
 inline void pack_pairs(const TensorView& t, i64 b, i64 h, i64 i0, i64 nr, i64 lanes, i64 ld, i64 Dt, i64 Dp,
                        std::uint16_t* out) {
+  const std::uint16_t* first = nr > 0 ? row_of(t, b, i0, h) : nullptr;
+  if (first && Dt % 2 == 0 && t.stride(1) % 2 == 0 && reinterpret_cast<std::uintptr_t>(first) % 4 == 0) {
+    std::memset(out, 0, static_cast<std::size_t>(Dp / 2 * ld) * 4);
+    transpose::transpose_words(reinterpret_cast<const std::uint32_t*>(first), t.stride(1) / 2, nr, Dt / 2,
+                               words(out), ld);
+    return;
+  }
   for (i64 r = 0; r < lanes; ++r) {
     const std::uint16_t* x = r < nr ? row_of(t, b, i0 + r, h) : nullptr;
     for (i64 d = 0; d < Dp; ++d)
       out[((d >> 1) * ld + r) * 2 + (d & 1)] = x && d < Dt ? x[d] : std::uint16_t{0};
   }
 }
-// out[r * Dp + d] = t(b, i0 + r, h, d) for r < nr, d < Dt; 0 for r in [nr, rows), d in [Dt, Dp).
-inline void pack_rows(const TensorView& t, i64 b, i64 h, i64 i0, i64 nr, i64 rows, i64 Dt, i64 Dp,
-                      std::uint16_t* out) {
-  for (i64 r = 0; r < rows; ++r) {
-    std::uint16_t* o = out + r * Dp;
-    std::fill(o, o + Dp, std::uint16_t{0});
-    if (r < nr) std::memcpy(o, row_of(t, b, i0 + r, h), static_cast<std::size_t>(Dt) * 2);
+
+// What the backward packs once per call, bf16, zero past the data, for every (batch, kv head):
+// K rows [k_rows][Dp], V rows [k_rows][Dvp], K^T [D16][k_rows] (k_rows = Tk rounded to 32, plus
+// 32); for every (batch, q head): Q rows [q_rows][Dp], dO rows [q_rows][Dvp], Q^T [D16][q_rows],
+// dO^T [Dv16][q_rows] (q_rows likewise from Tq). A tile reads whole 16-row tiles and 32-column
+// steps from any row or column offset without leaving its head's zero-padded block.
+struct Packed {
+  AlignedArray<std::uint16_t> kr, vr, kt, qr, orw, qt, ot;
+  i64 k_rows = 0, q_rows = 0, Dp = 0, Dvp = 0, D16 = 0, Dv16 = 0;
+  const std::uint16_t* k_rows_of(i64 head) const { return kr.get() + head * k_rows * Dp; }
+  const std::uint16_t* v_rows_of(i64 head) const { return vr.get() + head * k_rows * Dvp; }
+  const std::uint16_t* kt_of(i64 head) const { return kt.get() + head * D16 * k_rows; }
+  const std::uint16_t* q_rows_of(i64 head) const { return qr.get() + head * q_rows * Dp; }
+  const std::uint16_t* o_rows_of(i64 head) const { return orw.get() + head * q_rows * Dvp; }
+  const std::uint16_t* qt_of(i64 head) const { return qt.get() + head * D16 * q_rows; }
+  const std::uint16_t* ot_of(i64 head) const { return ot.get() + head * Dv16 * q_rows; }
+};
+
+// Rows [j0, j0 + 32) of one head of a and c (row blocks of `rows` rows) into a_rows / c_rows
+// (widths Da, Dc padded to Dap, Dcp) and a's transpose into a_t [D16][ld] (ld = rows).
+inline void pack_block(const TensorView& a, const TensorView& c, i64 b, i64 h, i64 j0, i64 n, i64 rows,
+                       std::uint16_t* a_rows, i64 Dap, std::uint16_t* c_rows, i64 Dcp, std::uint16_t* a_t,
+                       i64 D16, std::uint16_t* c_t, i64 Dc16) {
+  const i64 Da = a.dim(3), Dc = c.dim(3);
+  for (i64 j = j0; j < j0 + 32; ++j) {
+    std::uint16_t* ar = a_rows + j * Dap;
+    std::uint16_t* cr = c_rows + j * Dcp;
+    std::fill(ar, ar + Dap, std::uint16_t{0});
+    std::fill(cr, cr + Dcp, std::uint16_t{0});
+    if (j < n) {
+      std::memcpy(ar, row_of(a, b, j, h), static_cast<std::size_t>(Da) * 2);
+      std::memcpy(cr, row_of(c, b, j, h), static_cast<std::size_t>(Dc) * 2);
+    }
+  }
+  for (i64 d = 0; d < D16; ++d) std::fill(a_t + d * rows + j0, a_t + d * rows + j0 + 32, std::uint16_t{0});
+  if (c_t)
+    for (i64 d = 0; d < Dc16; ++d) std::fill(c_t + d * rows + j0, c_t + d * rows + j0 + 32, std::uint16_t{0});
+  if (j0 < n) {
+    pack_transposed(a, b, h, j0, std::min<i64>(32, n - j0), Da, a_t + j0, rows);
+    if (c_t) pack_transposed(c, b, h, j0, std::min<i64>(32, n - j0), Dc, c_t + j0, rows);
   }
 }
-// The transpose: out[d * ld + r] for d < D16, r < ld (0 past nr rows and Dt columns).
-inline void pack_cols(const TensorView& t, i64 b, i64 h, i64 i0, i64 nr, i64 ld, i64 Dt, i64 D16,
-                      std::uint16_t* out) {
-  for (i64 d = 0; d < D16; ++d) std::fill(out + d * ld, out + (d + 1) * ld, std::uint16_t{0});
-  for (i64 r = 0; r < nr; ++r) {
-    const std::uint16_t* x = row_of(t, b, i0 + r, h);
-    for (i64 d = 0; d < Dt; ++d) out[d * ld + r] = x[d];
-  }
+
+inline Packed pack_call(const BackwardProblem& bp, int threads) {
+  const AttentionProblem& p = bp.fwd;
+  Packed pk;
+  pk.Dp = up(p.D, 32), pk.Dvp = up(p.Dv, 32), pk.D16 = up(p.D, 16), pk.Dv16 = up(p.Dv, 16);
+  pk.k_rows = up(p.Tk, 32) + 32;
+  pk.q_rows = up(p.Tq, 32) + 32;
+  const i64 kheads = p.B * p.Hkv, qheads = p.B * p.Hq;
+  pk.kr = aligned_array<std::uint16_t>(kheads * pk.k_rows * pk.Dp);
+  pk.vr = aligned_array<std::uint16_t>(kheads * pk.k_rows * pk.Dvp);
+  pk.kt = aligned_array<std::uint16_t>(kheads * pk.D16 * pk.k_rows);
+  pk.qr = aligned_array<std::uint16_t>(qheads * pk.q_rows * pk.Dp);
+  pk.orw = aligned_array<std::uint16_t>(qheads * pk.q_rows * pk.Dvp);
+  pk.qt = aligned_array<std::uint16_t>(qheads * pk.D16 * pk.q_rows);
+  pk.ot = aligned_array<std::uint16_t>(qheads * pk.Dv16 * pk.q_rows);
+  const i64 kblocks = pk.k_rows / 32, qblocks = pk.q_rows / 32;  // work items: 32 rows of one head
+  auto item = [&](int, i64 it) {
+    if (it < kheads * kblocks) {
+      const i64 head = it / kblocks, b = head / p.Hkv, kh = head % p.Hkv;
+      pack_block(p.k, p.v, b, kh, it % kblocks * 32, p.Tk, pk.k_rows, pk.kr.get() + head * pk.k_rows * pk.Dp,
+                 pk.Dp, pk.vr.get() + head * pk.k_rows * pk.Dvp, pk.Dvp,
+                 pk.kt.get() + head * pk.D16 * pk.k_rows, pk.D16, nullptr, 0);
+      return;
+    }
+    it -= kheads * kblocks;
+    const i64 head = it / qblocks, b = head / p.Hq, h = head % p.Hq;
+    pack_block(p.q, bp.dout, b, h, it % qblocks * 32, p.Tq, pk.q_rows, pk.qr.get() + head * pk.q_rows * pk.Dp,
+               pk.Dp, pk.orw.get() + head * pk.q_rows * pk.Dvp, pk.Dvp,
+               pk.qt.get() + head * pk.D16 * pk.q_rows, pk.D16, pk.ot.get() + head * pk.Dv16 * pk.q_rows,
+               pk.Dv16);
+  };
+  pool_for(threads, kheads * kblocks + qheads * qblocks, item);
+  return pk;
 }
 
 // Rows [c_a, c_b) (pairs: c_a, c_b even) of src [rows][ld] fp32, lane vectors [n0, n0 + NC), as

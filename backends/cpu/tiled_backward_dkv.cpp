@@ -31,8 +31,9 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
   // products take K and V as bf16 pairs over the key lanes (unscaled) instead; dK^T and dV^T then
   // have their dims rounded to 16.
 #if ATTNOPS_TIER_LEVEL >= 4
-  const bool tiles = amx != nullptr;
-  const i64 Dp = round_up(D, 32), Dvp = round_up(Dv, 32), bq32 = round_up(bq, 32);
+  const auto* pk = static_cast<const bwd_amx::Packed*>(amx);
+  const bool tiles = pk != nullptr;
+  const i64 Dp = round_up(D, 32), Dvp = round_up(Dv, 32);
   const i64 dk_rows = tiles ? round_up(D, 16) : D, dv_rows = tiles ? round_up(Dv, 16) : Dv;
   if (tiles) {
     bwd_amx::pack_pairs(p.k, b, kvh, j0, nc, klanes, bkp, D, Dp, s.a_kp.get());
@@ -80,13 +81,7 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
       const float *qr = nullptr, *orow = nullptr;
       i64 ldq = 0, ldo = 0;
       if (tiles) {
-#if ATTNOPS_TIER_LEVEL >= 4
-        // The tile's Q and dO rows (A of S and dP) and their transposes (A of dK^T and dV^T).
-        bwd_amx::pack_rows(p.q, b, h, i0, nr, bq32, D, Dp, s.a_qr.get());
-        bwd_amx::pack_rows(bp.dout, b, h, i0, nr, bq32, Dv, Dvp, s.a_or.get());
-        bwd_amx::pack_cols(p.q, b, h, i0, nr, bq32, D, dk_rows, s.a_qt.get());
-        bwd_amx::pack_cols(bp.dout, b, h, i0, nr, bq32, Dv, dv_rows, s.a_ot.get());
-#endif
+        // the tile's Q and dO rows and their transposes are packed once per call
       } else if (!convert) {
         qr = reinterpret_cast<const float*>(at(p.q, b, i0, h));
         orow = reinterpret_cast<const float*>(at(bp.dout, b, i0, h));
@@ -123,8 +118,11 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
         }
 #if ATTNOPS_TIER_LEVEL >= 4
         if (tiles) {  // S = Q K^T, dP = dO V^T on tiles (whole 16-row tiles around [r_lo, r_hi))
-          bwd_amx::rows_times_pairs(s.a_qr.get(), Dp, s.a_kp.get(), bkp, Dp, n0, NC, r_lo, r_hi, sp);
-          bwd_amx::rows_times_pairs(s.a_or.get(), Dvp, s.a_vp.get(), bkp, Dvp, n0, NC, r_lo, r_hi, dp);
+          const i64 qh = b * p.Hq + h;
+          bwd_amx::rows_times_pairs(pk->q_rows_of(qh) + i0 * Dp, Dp, s.a_kp.get(), bkp, Dp, n0, NC, r_lo,
+                                    r_hi, sp);
+          bwd_amx::rows_times_pairs(pk->o_rows_of(qh) + i0 * Dvp, Dvp, s.a_vp.get(), bkp, Dvp, n0, NC, r_lo,
+                                    r_hi, dp);
         }
 #endif
         for (i64 r0 = r_lo; !tiles && r0 < r_hi; r0 += kMaxR) {
@@ -184,8 +182,11 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
           const i64 r_a = r_lo / 32 * 32, r_b = std::min(round_up(r_hi, 32), round_up(nr, 32));
           bwd_amx::store_row_pairs(sp, bkp, n0, NC, r_a, r_b, r_lo, r_hi, s.a_pp.get());
           bwd_amx::store_row_pairs(dp, bkp, n0, NC, r_a, r_b, r_lo, r_hi, s.a_dsr.get());
-          bwd_amx::cols_times_pairs(s.a_ot.get(), bq32, s.a_pp.get(), bkp, dv_rows, n0, NC, r_a, r_b, dvt);
-          bwd_amx::cols_times_pairs(s.a_qt.get(), bq32, s.a_dsr.get(), bkp, dk_rows, n0, NC, r_a, r_b, dkt);
+          const i64 qh = b * p.Hq + h;
+          bwd_amx::cols_times_pairs(pk->ot_of(qh) + i0, pk->q_rows, s.a_pp.get(), bkp, dv_rows, n0, NC, r_a,
+                                    r_b, dvt);
+          bwd_amx::cols_times_pairs(pk->qt_of(qh) + i0, pk->q_rows, s.a_dsr.get(), bkp, dk_rows, n0, NC, r_a,
+                                    r_b, dkt);
           continue;
         }
 #endif

@@ -65,9 +65,9 @@ struct Scratch {
   Buf<std::int32_t> segk;
   Buf<float> row, row2;  // one row of max(D, Dv) floats each
   // The AMX products' operands (tiled_backward_amx.h; empty on the fp32 products): dq task: Q and
-  // dO pairs, dS^T pairs; dk/dv unit: K and V pairs, the tile's Q and dO rows and their
-  // transposes, P and dS pairs. dQ^T, dK^T, dV^T then have their dims rounded to 16 rows.
-  Buf<std::uint16_t> a_qp, a_op, a_dsp, a_kp, a_vp, a_qr, a_or, a_qt, a_ot, a_pp, a_dsr;
+  // dO pairs, dS^T pairs; dk/dv unit: K and V pairs, P and dS pairs. dQ^T, dK^T, dV^T then have
+  // their dims rounded to 16 rows.
+  Buf<std::uint16_t> a_qp, a_op, a_dsp, a_kp, a_vp, a_pp, a_dsr;
   Scratch(i64 bq, i64 bk, i64 bqp, i64 bkp, i64 D, i64 Dv, bool convert, bool amx = false)
       : vism(aligned_array<Mask16>(std::max(bq, bk) * kMaxNC)),
         qt(aligned_array<float>(D * bqp)),
@@ -98,10 +98,6 @@ struct Scratch {
     a_dsp = aligned_array<std::uint16_t>((bk32 + 32) * bqp);
     a_kp = aligned_array<std::uint16_t>(Dp * bkp);
     a_vp = aligned_array<std::uint16_t>(Dvp * bkp);
-    a_qr = aligned_array<std::uint16_t>(bq32 * Dp);
-    a_or = aligned_array<std::uint16_t>(bq32 * Dvp);
-    a_qt = aligned_array<std::uint16_t>(round_up(D, 16) * bq32);
-    a_ot = aligned_array<std::uint16_t>(round_up(Dv, 16) * bq32);
     a_pp = aligned_array<std::uint16_t>((bq32 + 32) * bkp);
     a_dsr = aligned_array<std::uint16_t>((bq32 + 32) * bkp);
   }

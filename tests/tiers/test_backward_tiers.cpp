@@ -76,6 +76,8 @@ std::vector<TierCase> tier_cases() {
     }
   // Larger than a tile in every dim, odd sizes: several q and kv blocks, full ones and the edges.
   add(
+      "bf16_odd_dims", [](CaseSpec& s) { s.dtype = DType::bf16, s.D = 33, s.Dv = 17, s.Tq = 41; }, 16, 32);
+  add(
       "bf16_blocks_full_and_edges",
       [](CaseSpec& s) { s.dtype = DType::bf16, s.Tq = 150, s.Tk = 170, s.D = 56, s.Dv = 36; }, 64, 48);
   return cases;
