@@ -40,35 +40,9 @@ inline i64 up(i64 x, i64 m) {
   return (x + m - 1) / m * m;
 }
 
-// Element (b, i, h, 0) of a bf16 BTHD view.
-inline const std::uint16_t* row_of(const TensorView& t, i64 b, i64 i, i64 h) {
-  return static_cast<const std::uint16_t*>(t.data()) + b * t.stride(0) + i * t.stride(1) + h * t.stride(2);
-}
-
-// 32-bit words from the pairs of 16-bit elements (the AMX B and transposed-A layouts are 32-bit
-// transposes of bf16 pairs, transpose_tile.h's transpose_words).
-inline std::uint32_t* words(std::uint16_t* p) {
-  return reinterpret_cast<std::uint32_t*>(p);
-}
-
-// out[d * ld + r] = t(b, i0 + r, h, d) for r < n, d < Dt (16-bit; ld even; out zeroed by the
-// caller): rows r, r + 1 interleaved into 32-bit words, then a 32-bit transpose, 32 x 32 at a time.
-inline void pack_transposed(const TensorView& t, i64 b, i64 h, i64 i0, i64 n, i64 Dt, std::uint16_t* out,
-                            i64 ld) {
-  alignas(64) std::uint16_t w[16 * 64];  // 16 word rows (32 source rows) x 32 words (32 columns)
-  for (i64 r0 = 0; r0 < n; r0 += 32) {
-    const i64 rows = std::min<i64>(32, n - r0), wrows = (rows + 1) / 2;
-    for (i64 d0 = 0; d0 < Dt; d0 += 32) {
-      const int cols = static_cast<int>(std::min<i64>(32, Dt - d0));
-      for (i64 k = 0; k < wrows; ++k) {
-        const std::uint16_t* a = row_of(t, b, i0 + r0 + 2 * k, h) + d0;
-        const std::uint16_t* c = 2 * k + 1 < rows ? row_of(t, b, i0 + r0 + 2 * k + 1, h) + d0 : nullptr;
-        simd::interleave_rows(a, c, cols, w + k * 64);
-      }
-      transpose::transpose_words(words(w), 32, wrows, cols, words(out + d0 * ld + r0), ld / 2);
-    }
-  }
-}
+using amx::pack_transposed;
+using amx::row_of;
+using amx::words;
 
 // out[((d / 2) * ld + r) * 2 + d % 2] = t(b, i0 + r, h, d) for r < nr, d < Dt; 0 for r in
 // [nr, lanes) and d in [Dt, Dp): rows of t as pairs along d over `lanes` lanes (a B operand), a
