@@ -285,8 +285,8 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
       // Scores -> probabilities, one vector of 16 query rows at a time, online.
       [[maybe_unused]] const i64 c_a = c_lo / kAlign * kAlign,
                                  c_b = std::min(round_up(c_hi, kAlign), round_up(nc, kAlign));
-      [[maybe_unused]] bool rescale =
-          false;  // some lane's max changed: O^T needs alpha (else alpha is exactly 1)
+      // Whether some lane's max changed: O^T needs alpha (else every alpha is exactly 1).
+      [[maybe_unused]] bool rescale = false;
       for (i64 n = n0; n < n0 + NC; ++n) {
         const i64 l0 = n * 16;
         const Mask16 valid = static_cast<Mask16>(nr - l0 >= 16 ? 0xffffu : (1u << (nr - l0)) - 1u);
