@@ -62,7 +62,8 @@ has() { [[ " $want " == *" $1 "* ]]; }
 run() {
   local name=$1 tmo=$2
   shift 2
-  local t0=$(date +%s)
+  local t0
+  t0=$(date +%s)
   timeout "$tmo" "$@" > "$out/$name.log" 2>&1
   local rc=$?
   local verdict=PASS
