@@ -39,7 +39,6 @@ using attnops::Backend;
 using attnops::DType;
 using attnops::Tensor;
 
-using attnops::bench::BM_Sgemm;
 using attnops::bench::filled;
 
 struct Shape {
@@ -96,11 +95,7 @@ void register_attention(const std::string& op, Backend backend, DType dt, bool c
 }
 
 void register_all() {
-  benchmark::RegisterBenchmark("Sgemm/2048", BM_Sgemm)
-      ->Arg(2048)
-      ->Unit(benchmark::kMillisecond)
-      ->MeasureProcessCPUTime()
-      ->UseRealTime();
+  attnops::bench::register_gemm_ceilings(2048);
   std::vector<Shape> shapes;
   for (std::int64_t T : {512, 1024, 2048, 4096})
     for (std::int64_t D : {64, 128}) shapes.push_back({1, 16, T, D});

@@ -166,11 +166,7 @@ void BM_BackwardMemory(benchmark::State& state, const std::string& op, Shape s) 
 }
 
 void register_all() {
-  benchmark::RegisterBenchmark("Sgemm/2048", attnops::bench::BM_Sgemm)
-      ->Arg(2048)
-      ->Unit(benchmark::kMillisecond)
-      ->MeasureProcessCPUTime()
-      ->UseRealTime();
+  attnops::bench::register_gemm_ceilings(2048);
   // The targets' shape first: forward and backward, causal and full, for both tiled operators.
   const Shape target{1, 16, 2048, 128};
   for (const char* op : {"flash_attn2", "blocksparse"})

@@ -1,6 +1,10 @@
 // `attnops bench`: a sweep of operators x backends x shapes x dtypes x causal, timed on this
-// machine, with an Eigen SGEMM row measured in the same run as the yardstick (its best ISA copy
-// for this CPU, named in the row: cli/sgemm.h).
+// machine, with the GEMM ceilings measured in the same run (same threads): Eigen's SGEMM (its best
+// ISA copy for this CPU: cli/sgemm.h) and, where libdnnl is installed, oneDNN's f32 and bf16
+// matmuls with the implementation oneDNN chose (cli/onednn_gemm.h). Each row's vs_gemm is its
+// GFLOP/s over the best GEMM of the machine for its dtype (ceiling_for): f32 and f16 rows (the
+// FMA units) against the better f32 GEMM, bf16 rows against the best of all (on an AMX Xeon
+// oneDNN's bf16 matmul on the tiles; elsewhere oneDNN's bf16 can be slower than its f32).
 //
 // Each row: the operator asked for and the one that ran, the backend actually used and the
 // kernel variant inside it (from the decision: the cpu ISA tier, e.g. avx512bf16), the median
@@ -44,6 +48,7 @@
 #include "cli/decision_text.h"
 #include "cli/inputs.h"
 #include "cli/median_timer.h"
+#include "cli/onednn_gemm.h"
 #include "cli/output_set.h"
 #include "cli/plot.h"
 #include "cli/progress.h"
@@ -64,6 +69,28 @@ struct BenchArgs {
   int repeats = 0, threads = 0, sgemm = -1, background_load = 0;
 };
 
+// The run's GEMM ceilings: Eigen's SGEMM and oneDNN's matmuls (an error text where missing).
+struct Ceilings {
+  SgemmResult sgemm;
+  std::vector<GemmCeiling> onednn;
+};
+
+// The best GEMM rate for rows of `dtype`: f32 GEMMs for f32 and f16 rows (their kernels run on the
+// FMA units), every GEMM for bf16 rows. NAN when none was measured.
+double ceiling_for(const Ceilings& c, DType dtype, std::string* name) {
+  double best = NAN;
+  auto consider = [&](double gflops, const std::string& what) {
+    if (std::isfinite(gflops) && gflops > 0 && !(gflops <= best)) {
+      best = gflops;
+      *name = what;
+    }
+  };
+  if (c.sgemm.n > 0) consider(c.sgemm.gflops, "eigen_sgemm");
+  for (const GemmCeiling& g : c.onednn)
+    if (g.ok() && (g.dtype == DType::f32 || dtype == DType::bf16)) consider(g.gflops, g.name);
+  return best;
+}
+
 struct Row {
   std::string op, backend_requested;  // what was asked for
   std::string ran, backend;           // what the decision says ran
@@ -74,6 +101,8 @@ struct Row {
   bool causal = true;
   Pass pass = Pass::forward;
   double median_ms = NAN, gflops = NAN, vs_sgemm = NAN, max_err = NAN;
+  double vs_gemm = NAN;                         // over the best GEMM for the row's dtype (ceiling_for)
+  std::string gemm;                             // which one
   double kernel_ms = NAN, kernel_gflops = NAN;  // gpu rows: the kernels alone (timestamps)
   double loaded_ms = NAN;                       // --background-load: the median with the busy processes
   std::string error;                            // when the row could not run
@@ -198,9 +227,14 @@ std::string fmt(const char* f, double v) {
   return b;
 }
 
-void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmResult& sgemm,
+void print_table(std::ostream& out, const std::vector<Row>& rows, const Ceilings& ceilings,
                  int background_load) {
+  const SgemmResult& sgemm = ceilings.sgemm;
   out << "# " << kFlopsNote << "\n";
+  if (sgemm.n > 0)
+    out << "# vs_gemm: GFLOP/s over the best GEMM of this run for the row's dtype (f32/f16 rows: the better "
+           "f32 "
+           "GEMM; bf16 rows: the best of all)\n";
   if (background_load > 0)
     out << "# loaded_ms: the median with " << background_load
         << " busy background process(es), its samples alternating with the quiet "
@@ -209,7 +243,7 @@ void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmRes
   std::snprintf(line, sizeof line,
                 "%-12s %-12s %-12s %-7s %-23s %-22s %-5s %-6s %-4s %10s %9s %10s %9s %8s %9s  %s\n",
                 "operator", "asked", "ran", "backend", "kernel", "shape", "dtype", "causal", "pass",
-                "median_ms", "GFLOP/s", "kernel_ms", "kern_GF/s", "vs_sgemm", "max_err", "reasons");
+                "median_ms", "GFLOP/s", "kernel_ms", "kern_GF/s", "vs_gemm", "max_err", "reasons");
   out << line;
   if (sgemm.n > 0) {
     const std::string shape = std::to_string(sgemm.n) + "^3";
@@ -217,6 +251,16 @@ void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmRes
                   "%-12s %-12s %-12s %-7s %-23s %-22s %-5s %-6s %-4s %10.3f %9.1f %10s %9s %8.2f %9s  %s\n",
                   "eigen_sgemm", "-", "sgemm", "cpu", sgemm.isa.c_str(), shape.c_str(), "f32", "-", "-",
                   sgemm.median_ms, sgemm.gflops, "-", "-", 1.0, "-", "");
+    out << line;
+  }
+  for (const GemmCeiling& g : ceilings.onednn) {
+    const std::string shape = std::to_string(g.n) + "^3";
+    std::snprintf(line, sizeof line,
+                  "%-12s %-12s %-12s %-7s %-23s %-22s %-5s %-6s %-4s %10s %9s %10s %9s %8s %9s  %s\n",
+                  g.name.c_str(), "-", "matmul", "cpu", g.impl.empty() ? "-" : g.impl.c_str(), shape.c_str(),
+                  std::string(dtype_name(g.dtype)).c_str(), "-", "-", fmt("%.3f", g.median_ms).c_str(),
+                  fmt("%.1f", g.gflops).c_str(), "-", "-", "-", "-",
+                  g.error.empty() ? "" : ("error: " + g.error).c_str());
     out << line;
   }
   for (const Row& r : rows) {
@@ -227,7 +271,7 @@ void print_table(std::ostream& out, const std::vector<Row>& rows, const SgemmRes
                   r.shape.label().c_str(), std::string(dtype_name(r.dtype)).c_str(), r.causal ? "yes" : "no",
                   r.pass == Pass::backward ? "bwd" : "fwd", fmt("%.3f", r.median_ms).c_str(),
                   fmt("%.1f", r.gflops).c_str(), fmt("%.3f", r.kernel_ms).c_str(),
-                  fmt("%.1f", r.kernel_gflops).c_str(), fmt("%.3f", r.vs_sgemm).c_str(),
+                  fmt("%.1f", r.kernel_gflops).c_str(), fmt("%.3f", r.vs_gemm).c_str(),
                   fmt("%.2e", r.max_err).c_str(),
                   r.error.empty() ? r.reasons.c_str() : ("error: " + r.error).c_str());
     out << line;
@@ -247,32 +291,48 @@ std::string csv_quote(const std::string& s) {
   return out + "\"";
 }
 
-std::string csv_text(const std::vector<Row>& rows, const SgemmResult& sgemm, bool loaded) {
+std::string csv_text(const std::vector<Row>& rows, const Ceilings& ceilings, bool loaded) {
+  const SgemmResult& sgemm = ceilings.sgemm;
   std::ostringstream f;
   f << "operator,backend_requested,ran,backend,kernel,B,Hq,Hkv,Tq,Tk,D,dtype,causal,pass,"
-       "median_ms,gflops,kernel_ms,kernel_gflops,vs_sgemm,max_err,reasons,error"
+       "median_ms,gflops,kernel_ms,kernel_gflops,vs_sgemm,max_err,reasons,error,vs_gemm,gemm"
     << (loaded ? ",loaded_median_ms\n" : "\n");
   auto num = [](double v) { return std::isfinite(v) ? fmt("%.6g", v) : std::string(); };
   if (sgemm.n > 0)
     f << "eigen_sgemm,,sgemm,cpu," << sgemm.isa << ",,,,,," << sgemm.n << ",f32,,," << num(sgemm.median_ms)
-      << "," << num(sgemm.gflops) << ",,,1,,," << (loaded ? ",\n" : "\n");
+      << "," << num(sgemm.gflops) << ",,,1,,,,," << (loaded ? ",\n" : "\n");
+  for (const GemmCeiling& g : ceilings.onednn)
+    f << g.name << ",,matmul,cpu," << csv_quote(g.impl) << ",,,,,," << g.n << "," << dtype_name(g.dtype)
+      << ",,," << num(g.median_ms) << "," << num(g.gflops) << ",,,,,," << csv_quote(g.error) << ",,"
+      << (loaded ? ",\n" : "\n");
   for (const Row& r : rows)
     f << r.op << "," << r.backend_requested << "," << r.ran << "," << r.backend << "," << r.kernel << ","
       << r.shape.B << "," << r.shape.Hq << "," << r.shape.Hkv << "," << r.shape.Tq << "," << r.shape.Tk << ","
       << r.shape.D << "," << dtype_name(r.dtype) << "," << (r.causal ? "true" : "false") << ","
       << pass_name(r.pass) << "," << num(r.median_ms) << "," << num(r.gflops) << "," << num(r.kernel_ms)
       << "," << num(r.kernel_gflops) << "," << num(r.vs_sgemm) << "," << num(r.max_err) << ","
-      << csv_quote(r.reasons) << "," << csv_quote(r.error) << (loaded ? "," + num(r.loaded_ms) : "") << "\n";
+      << csv_quote(r.reasons) << "," << csv_quote(r.error) << "," << num(r.vs_gemm) << "," << r.gemm
+      << (loaded ? "," + num(r.loaded_ms) : "") << "\n";
   return f.str();
 }
 
-std::string json_text(const std::vector<Row>& rows, const SgemmResult& sgemm, int background_load) {
+std::string json_text(const std::vector<Row>& rows, const Ceilings& ceilings, int background_load) {
+  const SgemmResult& sgemm = ceilings.sgemm;
   nlohmann::json j;
   j["flops_convention"] = kFlopsNote;
+  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
   if (sgemm.n > 0)
     j["sgemm"] = {
         {"n", sgemm.n}, {"median_ms", sgemm.median_ms}, {"gflops", sgemm.gflops}, {"isa", sgemm.isa}};
-  auto num = [](double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); };
+  j["gemms"] = nlohmann::json::array();
+  for (const GemmCeiling& g : ceilings.onednn)
+    j["gemms"].push_back({{"name", g.name},
+                          {"dtype", std::string(dtype_name(g.dtype))},
+                          {"n", g.n},
+                          {"median_ms", num(g.median_ms)},
+                          {"gflops", num(g.gflops)},
+                          {"impl", g.impl},
+                          {"error", g.error}});
   j["rows"] = nlohmann::json::array();
   for (const Row& r : rows)
     j["rows"].push_back({{"operator", r.op},
@@ -294,6 +354,8 @@ std::string json_text(const std::vector<Row>& rows, const SgemmResult& sgemm, in
                          {"kernel_ms", num(r.kernel_ms)},
                          {"kernel_gflops", num(r.kernel_gflops)},
                          {"vs_sgemm", num(r.vs_sgemm)},
+                         {"vs_gemm", num(r.vs_gemm)},
+                         {"gemm", r.gemm},
                          {"max_err", num(r.max_err)},
                          {"reasons", r.reasons},
                          {"error", r.error}});
@@ -304,8 +366,9 @@ std::string json_text(const std::vector<Row>& rows, const SgemmResult& sgemm, in
   return j.dump(2) + "\n";
 }
 
-void plot_rows(const std::string& path, int fd, const std::vector<Row>& rows, const SgemmResult& sgemm,
+void plot_rows(const std::string& path, int fd, const std::vector<Row>& rows, const Ceilings& ceilings,
                bool both_causal, bool several_dtypes, bool both_passes) {
+  const SgemmResult& sgemm = ceilings.sgemm;
   PlotSpec spec;
   spec.title = "attnops bench: GFLOP/s per shape (causal rows count visible pairs only)";
   spec.ylabel = "GFLOP/s";
@@ -351,6 +414,11 @@ void plot_rows(const std::string& path, int fd, const std::vector<Row>& rows, co
   if (sgemm.n > 0)
     spec.hlines.emplace_back("Eigen SGEMM " + std::to_string(sgemm.n) + "^3 (" + sgemm.isa + ")",
                              sgemm.gflops);
+  for (const GemmCeiling& g : ceilings.onednn)
+    if (g.ok())
+      spec.hlines.emplace_back("oneDNN " + std::string(dtype_name(g.dtype)) + " matmul " +
+                                   std::to_string(g.n) + "^3 (" + g.impl + ")",
+                               g.gflops);
   write_plot(spec, path, fd);
 }
 
@@ -427,13 +495,18 @@ int bench(const BenchArgs& a) {
               rows.push_back(std::move(r));
             }
 
-  ProgressBar bar(rows.size() + (spec.sgemm > 0 ? 1 : 0), show);
+  ProgressBar bar(rows.size() + (spec.sgemm > 0 ? 3 : 0), show);
   std::size_t done = 0;
-  SgemmResult sgemm;
+  Ceilings ceilings;
   if (spec.sgemm > 0) {
     bar.update(done, "eigen sgemm " + std::to_string(spec.sgemm));
-    sgemm = measure_sgemm(spec.sgemm, spec.repeats, a.threads);
+    ceilings.sgemm = measure_sgemm(spec.sgemm, spec.repeats, a.threads);
     ++done;
+    for (DType dt : {DType::f32, DType::bf16}) {
+      bar.update(done, "onednn matmul " + std::string(dtype_name(dt)) + " " + std::to_string(spec.sgemm));
+      ceilings.onednn.push_back(measure_onednn_matmul(spec.sgemm, dt, spec.repeats, a.threads));
+      ++done;
+    }
   }
   for (Row& r : rows) {
     bar.update(done, r.op + "/" + r.backend_requested + " " + r.shape.label() + " " +
@@ -441,7 +514,9 @@ int bench(const BenchArgs& a) {
                          (r.pass == Pass::backward ? " backward" : ""));
     try {
       run_row(r, config, threads, spec.repeats, a.background_load);
-      if (sgemm.gflops > 0) r.vs_sgemm = r.gflops / sgemm.gflops;
+      if (ceilings.sgemm.gflops > 0) r.vs_sgemm = r.gflops / ceilings.sgemm.gflops;
+      const double best = ceiling_for(ceilings, r.dtype, &r.gemm);
+      if (best > 0) r.vs_gemm = r.gflops / best;
     } catch (const Error& e) {  // one failing configuration must not lose the rest of the sweep
       r.error = std::string(error_code_name(e.code())) + ": " + e.what();
     } catch (const std::bad_alloc&) {  // a std::vector of the row's size past what the process may have
@@ -451,11 +526,11 @@ int bench(const BenchArgs& a) {
   }
   bar.finish();
 
-  print_table(std::cout, rows, sgemm, a.background_load);
-  if (csv_file >= 0) outs.write(csv_file, csv_text(rows, sgemm, a.background_load > 0));
-  if (json_file >= 0) outs.write(json_file, json_text(rows, sgemm, a.background_load));
+  print_table(std::cout, rows, ceilings, a.background_load);
+  if (csv_file >= 0) outs.write(csv_file, csv_text(rows, ceilings, a.background_load > 0));
+  if (json_file >= 0) outs.write(json_file, json_text(rows, ceilings, a.background_load));
   if (plot_file >= 0)
-    plot_rows(a.plot, outs.fd(plot_file), rows, sgemm, spec.causal.size() > 1, spec.dtypes.size() > 1,
+    plot_rows(a.plot, outs.fd(plot_file), rows, ceilings, spec.causal.size() > 1, spec.dtypes.size() > 1,
               spec.passes.size() > 1);
   if (!spec.serving.empty()) {
     const std::string json =
@@ -487,7 +562,10 @@ Command add_bench_command(CLI::App& root) {
   app->add_option("--repeats", a->repeats, "Timed runs per row (median reported)")
       ->check(CLI::PositiveNumber);
   app->add_option("--threads", a->threads, "OpenMP threads (0 = default)")->check(CLI::NonNegativeNumber);
-  app->add_option("--sgemm", a->sgemm, "Size n of the Eigen SGEMM reference row (0 = none)")
+  app->add_option(
+         "--sgemm", a->sgemm,
+         "Size n of the GEMM ceiling rows: Eigen's SGEMM and, with libdnnl, oneDNN's f32 and bf16 matmuls "
+         "(0 = none)")
       ->check(CLI::NonNegativeNumber);
   app->add_option("--background-load", a->background_load,
                   "Also time each row with N busy background processes (stopped for the quiet samples, which "

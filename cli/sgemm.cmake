@@ -1,11 +1,23 @@
-# The benchmarks' SGEMM yardstick (cli/sgemm.h), used by `attnops bench` and bench/: Eigen's GEMM
+# The benchmarks' GEMM yardsticks, used by `attnops bench` and bench/: Eigen's SGEMM (cli/sgemm.h)
 # compiled once per ISA (cli/sgemm_isa.cpp, each copy in its own renamed Eigen namespace) so that
-# a portable build measures the machine's SGEMM; cli/sgemm.cpp picks the copy at run time.
-# Included by cli/ and bench/ (whichever comes first defines the target).
+# a portable build measures the machine's SGEMM, cli/sgemm.cpp picking the copy at run time; and
+# oneDNN's matmul (cli/onednn_gemm.h), opened at run time where its headers were found here
+# (libdnnl-dev): nothing links libdnnl. Included by cli/ and bench/ (whichever comes first defines
+# the target).
 if(NOT TARGET attnops_sgemm)
-  add_library(attnops_sgemm STATIC ${PROJECT_SOURCE_DIR}/cli/sgemm.cpp)
+  add_library(attnops_sgemm STATIC ${PROJECT_SOURCE_DIR}/cli/sgemm.cpp ${PROJECT_SOURCE_DIR}/cli/onednn_gemm.cpp)
   target_include_directories(attnops_sgemm PUBLIC ${PROJECT_SOURCE_DIR})
-  target_link_libraries(attnops_sgemm PUBLIC attnops PRIVATE attnops_warnings OpenMP::OpenMP_CXX)
+  target_link_libraries(attnops_sgemm PUBLIC attnops PRIVATE attnops_warnings OpenMP::OpenMP_CXX ${CMAKE_DL_LIBS})
+  include(CheckIncludeFileCXX)
+  if(NOT ATTNOPS_HAVE_ONEDNN_HEADERS)  # looked for again at each configure until found (installed later)
+    unset(ATTNOPS_HAVE_ONEDNN_HEADERS CACHE)
+  endif()
+  check_include_file_cxx(oneapi/dnnl/dnnl.h ATTNOPS_HAVE_ONEDNN_HEADERS)
+  if(ATTNOPS_HAVE_ONEDNN_HEADERS)
+    target_compile_definitions(attnops_sgemm PRIVATE ATTNOPS_HAVE_ONEDNN_HEADERS)
+  else()
+    message(STATUS "attnops: no oneDNN headers (libdnnl-dev): the benchmarks' ceiling is Eigen's SGEMM only")
+  endif()
   set(_sgemm_isas baseline)
   if(ATTNOPS_CPU_X86)
     set(_sgemm_isas baseline avx2 avx512)

@@ -134,7 +134,9 @@ case "${1:-help}" in
     [ ${#failed[@]} -eq 0 ] || { echo "fuzz: findings in ${failed[*]}" >&2; exit 1; }
     ;;
   bench)
-    install_packages python3-torch
+    # libdnnl-dev: oneDNN's matmuls as the benchmarks' GEMM ceiling (opened at run time, and only
+    # by the benchmarks: cli/onednn_gemm.h); its headers must be there when the build configures.
+    install_packages python3-torch libdnnl-dev
     build
     "$build/bench/bench_attention" --benchmark_counters_tabular=true
     "$build/bench/bench_decode" --benchmark_counters_tabular=true

@@ -10,18 +10,18 @@ namespace {
 
 using i64 = std::int64_t;
 
-// Rows [first, kv_len) of one pool into dst [kv_len - first, H, Dh] (contiguous): whole page runs
-// with one memcpy when the pool's rows are dense, else one per (row, head).
-void gather_pool(const TensorView& pool, const std::int32_t* pages, i64 first, i64 kv_len, char* dst) {
+// Rows [lo, hi) of one pool into dst [hi - lo, H, Dh] (contiguous): whole page runs with one
+// memcpy when the pool's rows are dense, else one per (row, head).
+void gather_pool(const TensorView& pool, const std::int32_t* pages, i64 lo, i64 hi, char* dst) {
   const i64 es = static_cast<i64>(dtype_size(pool.dtype()));
   const i64 ps = pool.dim(1), H = pool.dim(2), Dh = pool.dim(3), row = H * Dh * es;
   const bool dense_rows = (pool.stride(2) == Dh || H == 1) && (pool.stride(1) == H * Dh || ps == 1);
   const auto* base = static_cast<const char*>(pool.data());
-  for (i64 j = first; j < kv_len;) {
+  for (i64 j = lo; j < hi;) {
     const i64 page = pages[j / ps], r = j % ps;
     const char* src = base + (page * pool.stride(0) + r * pool.stride(1)) * es;
     if (dense_rows) {
-      const i64 n = std::min(ps - r, kv_len - j);
+      const i64 n = std::min(ps - r, hi - j);
       std::memcpy(dst, src, static_cast<std::size_t>(n * row));
       dst += n * row;
       j += n;
@@ -36,19 +36,17 @@ void gather_pool(const TensorView& pool, const std::int32_t* pages, i64 first, i
 
 }  // namespace
 
-DenseSequence dense_sequence(const PagedProblem& p, std::int64_t s, std::int64_t first) {
+DenseSequence dense_sequence(const PagedProblem& p, std::int64_t s, std::int64_t first, bool gather) {
   if (p.on_device())
     throw Error(ErrorCode::invalid_argument, "paged: a device-resident input reached a host kernel");
   const PagedPlan::Data& d = *p.batch;
   const auto si = static_cast<std::size_t>(s);
   const i64 kv = d.kv_len[si], ql = d.q_len[si], T = kv - first;
-  const std::int32_t* pages = d.page_ids.data() + d.page_begin[si];
   DenseSequence x;
   x.first = first;
   x.k = Tensor(p.dtype, {1, T, p.Hkv, p.D});
   x.v = Tensor(p.dtype, {1, T, p.Hkv, p.Dv});
-  gather_pool(p.k_pages, pages, first, kv, static_cast<char*>(x.k.data()));
-  gather_pool(p.v_pages, pages, first, kv, static_cast<char*>(x.v.data()));
+  if (gather) gather_rows(p, s, x, 0, T);
   const i64 es = static_cast<i64>(dtype_size(p.dtype));
   x.q = TensorView(static_cast<const char*>(p.q.data()) + d.q_begin[si] * p.q.stride(0) * es, p.dtype,
                    {1, ql, p.Hq, p.D}, {ql * p.q.stride(0), p.q.stride(0), p.q.stride(1), 1});
@@ -63,20 +61,35 @@ DenseSequence dense_sequence(const PagedProblem& p, std::int64_t s, std::int64_t
   return x;
 }
 
+void gather_rows(const PagedProblem& p, std::int64_t s, DenseSequence& x, std::int64_t lo, std::int64_t hi) {
+  const PagedPlan::Data& d = *p.batch;
+  const std::int32_t* pages = d.page_ids.data() + d.page_begin[static_cast<std::size_t>(s)];
+  const i64 es = static_cast<i64>(dtype_size(p.dtype));
+  gather_pool(p.k_pages, pages, x.first + lo, x.first + hi,
+              static_cast<char*>(x.k.data()) + lo * p.Hkv * p.D * es);
+  gather_pool(p.v_pages, pages, x.first + lo, x.first + hi,
+              static_cast<char*>(x.v.data()) + lo * p.Hkv * p.Dv * es);
+}
+
 void scatter_outputs(const PagedProblem& p, std::int64_t s, const AttentionBuffers& dense,
                      PagedBuffers& out) {
+  scatter_rows(p, s, dense, out, 0, (*p.batch).q_len[static_cast<std::size_t>(s)]);
+}
+
+void scatter_rows(const PagedProblem& p, std::int64_t s, const AttentionBuffers& dense, PagedBuffers& out,
+                  std::int64_t lo, std::int64_t hi) {
   const PagedPlan::Data& d = *p.batch;
   const auto si = static_cast<std::size_t>(s);
   const i64 q0 = d.q_begin[si], ql = d.q_len[si];
+  const i64 row = p.Hq * p.Dv * static_cast<i64>(dtype_size(p.dtype));
   // [1, q_len, Hq, Dv] and rows [q0, q0 + q_len) of [N, Hq, Dv] have the same layout.
-  const auto bytes = static_cast<std::size_t>(ql * p.Hq * p.Dv) * dtype_size(p.dtype);
-  std::memcpy(
-      static_cast<char*>(out.out.data()) + static_cast<std::size_t>(q0 * p.Hq * p.Dv) * dtype_size(p.dtype),
-      dense.out.data(), bytes);
+  std::memcpy(static_cast<char*>(out.out.data()) + (q0 + lo) * row,
+              static_cast<const char*>(dense.out.data()) + lo * row,
+              static_cast<std::size_t>((hi - lo) * row));
   if (out.lse && dense.lse) {
     const float* l = dense.lse->data_as<float>();
     float* o = out.lse->data_as<float>();
-    for (i64 i = 0; i < ql; ++i)
+    for (i64 i = lo; i < hi; ++i)
       for (i64 h = 0; h < p.Hq; ++h) o[(q0 + i) * p.Hq + h] = l[h * ql + i];
   }
 }

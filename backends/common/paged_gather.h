@@ -23,10 +23,17 @@ struct DenseSequence {
 // Sequence s with keys [first, kv_len) (first = 0 for the exact oracle; a tile item may start at
 // the lowest key any of its rows sees, rounded down to a chunk boundary, which leaves every
 // relative position and chunk unchanged). Host pools only.
-DenseSequence dense_sequence(const PagedProblem& p, std::int64_t s, std::int64_t first = 0);
+// gather = false: k and v allocated only, for gather_rows to fill (a caller copying in parallel).
+DenseSequence dense_sequence(const PagedProblem& p, std::int64_t s, std::int64_t first = 0,
+                             bool gather = true);
+// Keys [x.first + lo, x.first + hi) of sequence s into rows [lo, hi) of x.k / x.v.
+void gather_rows(const PagedProblem& p, std::int64_t s, DenseSequence& x, std::int64_t lo, std::int64_t hi);
 
 // The dense call's outputs (out [1, q_len, Hq, Dv], lse [1, Hq, q_len]) copied into the paged
 // buffers' rows of sequence s (out [N, Hq, Dv], lse [N, Hq]).
 void scatter_outputs(const PagedProblem& p, std::int64_t s, const AttentionBuffers& dense, PagedBuffers& out);
+// The same for the dense call's q rows [lo, hi) only.
+void scatter_rows(const PagedProblem& p, std::int64_t s, const AttentionBuffers& dense, PagedBuffers& out,
+                  std::int64_t lo, std::int64_t hi);
 
 }  // namespace attnops::paged

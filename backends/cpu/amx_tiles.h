@@ -4,10 +4,10 @@
 // _tile_zero and _tile_dpbf16ps are inline-asm macros that paste the tile number into the
 // instruction text, so tile numbers must be integer literals (hence macros here too).
 //
-// Emulated (ATTNOPS_AMX_EMULATE, the test build of the same kernel source, tests/tiled): the
-// same operations on a per-thread array of eight 1 KiB tiles in scalar C++, following the
-// instruction definitions (Intel SDM; felixcloutier.com/x86/tdpbf16ps), including DAZ/FTZ of
-// TDPBF16PS. It proves the packing layouts, strides and loop structure on any AVX-512 BF16 CPU.
+// Emulated (ATTNOPS_ISA_EMULATE, the tests' build of the tier's kernels with the avx2 flags,
+// tests/tiers): the same operations on a per-thread array of eight 1 KiB tiles in scalar C++,
+// following the instruction definitions (Intel SDM; felixcloutier.com/x86/tdpbf16ps), including
+// DAZ/FTZ of TDPBF16PS. It proves the packing layouts, strides and loop structure on any AVX2 CPU.
 //
 // Tile state is per thread: every thread that runs tile instructions loads the configuration
 // first (configure) and releases it at the end (release), which returns the tile registers to
@@ -44,7 +44,7 @@ inline TileConfig full_tiles() {
   return c;
 }
 
-#if defined(ATTNOPS_AMX_EMULATE)
+#if defined(ATTNOPS_ISA_EMULATE)
 
 namespace emu {
 struct State {

@@ -67,6 +67,34 @@ void record(AttentionBuffers& buffers, const IsaChoice& c, const char* path, con
   record(buffers.run, c, path, t.detail);
 }
 
+}  // namespace
+
+IsaChoice choose_forced_tier(const ForcedTier& forced) {
+  if (!forced.table) return choose_isa_forced(forced.isa);
+  // A test's own table: its tier's code, built to run on any AVX2 CPU when emulated.
+  if (forced.table->emulated && detect_isa().best < Isa::avx2)
+    throw Error(ErrorCode::backend_unavailable,
+                "cpu tier " + std::string(isa_name(forced.isa)) +
+                    " (emulated): the emulated build needs AVX2, which this CPU lacks");
+  IsaChoice c;
+  c.tier = c.detected = forced.isa;
+  c.detail = "tier " + std::string(isa_name(forced.isa)) +
+             (forced.table->emulated ? " emulated (its code built with the avx2 flags, instructions beyond "
+                                       "AVX2 in C++), forced"
+                                     : " from a given table, forced");
+  return c;
+}
+
+namespace {
+
+// The choice a call runs under: the current one, or the forced tier's (kept in `storage`).
+const IsaChoice& choice(const std::optional<ForcedTier>& forced, IsaChoice& storage) {
+  return forced ? (storage = choose_forced_tier(*forced)) : current_isa_choice();
+}
+const TierKernels& kernels(const std::optional<ForcedTier>& forced, const IsaChoice& c) {
+  return forced && forced->table ? *forced->table : tier_kernels(c.tier);
+}
+
 // Runs a tier's kernel: the kernels allocate their scratch before any parallel region and throw
 // nothing but std::bad_alloc, which becomes a typed error naming the kernel here.
 template <class F>
@@ -93,31 +121,31 @@ void check_tiled_inputs(const char* where, const AttentionProblem& p, const Bloc
 }
 
 void run_tiled(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers,
-               std::optional<Isa> forced) {
+               std::optional<ForcedTier> forced) {
   check_tiled_inputs("cpu tiled_attention", p, map);
   IsaChoice forced_choice;
-  const IsaChoice& c = forced ? (forced_choice = choose_isa_forced(*forced)) : current_isa_choice();
+  const IsaChoice& c = choice(forced, forced_choice);
   const CallThreads t = call_threads(p, false, !forced);
   AttentionProblem q = p;  // the kernel reads its thread count from the problem
   q.num_threads = t.threads;
-  record(buffers, c,
-         guarded("cpu tiled_attention", [&] { return tier_kernels(c.tier).tiled(q, map, buffers); }), t);
+  const TierKernels& k = kernels(forced, c);
+  record(buffers, c, guarded("cpu tiled_attention", [&] { return k.tiled(q, map, buffers); }), t);
 }
 
 void run_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads,
-                  std::optional<Isa> forced) {
+                  std::optional<ForcedTier> forced) {
   const AttentionProblem& p = bp.fwd;
   check_tiled_inputs("cpu tiled_backward", p, map);
   IsaChoice forced_choice;
-  const IsaChoice& c = forced ? (forced_choice = choose_isa_forced(*forced)) : current_isa_choice();
-  record(grads.run, c,
-         guarded("cpu tiled_backward", [&] { return tier_kernels(c.tier).backward(bp, map, grads); }));
+  const IsaChoice& c = choice(forced, forced_choice);
+  const TierKernels& k = kernels(forced, c);
+  record(grads.run, c, guarded("cpu tiled_backward", [&] { return k.backward(bp, map, grads); }));
 }
 
-void run_vanilla(const AttentionProblem& p, AttentionBuffers& buffers, std::optional<Isa> forced,
+void run_vanilla(const AttentionProblem& p, AttentionBuffers& buffers, std::optional<ForcedTier> forced,
                  const VanillaPlan* plan = nullptr) {
   IsaChoice forced_choice;
-  const IsaChoice& c = forced ? (forced_choice = choose_isa_forced(*forced)) : current_isa_choice();
+  const IsaChoice& c = choice(forced, forced_choice);
   if (p.B == 0 || p.Tq == 0 || p.Hq == 0) return;
   if (p.Tk == 0) {  // nothing to attend to: output stays 0, every lse is -inf
     if (buffers.lse) {
@@ -126,7 +154,7 @@ void run_vanilla(const AttentionProblem& p, AttentionBuffers& buffers, std::opti
     }
     return;
   }
-  const TierKernels& k = tier_kernels(c.tier);
+  const TierKernels& k = kernels(forced, c);
   // The decode path cannot return the weights (it never materialises a whole row).
   if (!plan && p.Tq <= kDecodeMaxQ && !p.want_weights) {
     const CallThreads t = call_threads(p, true, !forced);
@@ -148,22 +176,23 @@ void run_vanilla(const AttentionProblem& p, AttentionBuffers& buffers, std::opti
 void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers) {
   run_tiled(p, map, buffers, std::nullopt);
 }
-void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers, Isa tier) {
+void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers,
+                     ForcedTier tier) {
   run_tiled(p, map, buffers, tier);
 }
 void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads) {
   run_backward(bp, map, grads, std::nullopt);
 }
-void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads, Isa tier) {
+void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads, ForcedTier tier) {
   run_backward(bp, map, grads, tier);
 }
 void vanilla_attention(const AttentionProblem& p, AttentionBuffers& buffers) {
   run_vanilla(p, buffers, std::nullopt);
 }
-void vanilla_attention(const AttentionProblem& p, AttentionBuffers& buffers, Isa tier) {
+void vanilla_attention(const AttentionProblem& p, AttentionBuffers& buffers, ForcedTier tier) {
   run_vanilla(p, buffers, tier);
 }
-void vanilla_general(const AttentionProblem& p, AttentionBuffers& buffers, Isa tier,
+void vanilla_general(const AttentionProblem& p, AttentionBuffers& buffers, ForcedTier tier,
                      const VanillaPlan& plan) {
   run_vanilla(p, buffers, tier, &plan);
 }

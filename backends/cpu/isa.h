@@ -77,4 +77,18 @@ IsaChoice choose_isa_capped(std::optional<Isa> cap);
 // Error(backend_unavailable) when this CPU does not run it or this build does not hold it.
 IsaChoice choose_isa_forced(Isa forced);
 
+struct TierKernels;
+// The tier a kernel test names for a call: one of this build's (by Isa), or a kernel table of the
+// test's own, which then runs in place of the build's (the tier's kernels built again with
+// emulated instructions, tests/tiers; tier_kernels.h).
+struct ForcedTier {
+  Isa isa;
+  const TierKernels* table = nullptr;
+  ForcedTier(Isa i) : isa(i) {}  // implicit: a tier of this build
+  explicit ForcedTier(const TierKernels& kernels);
+};
+// choose_isa_forced for a ForcedTier: a given table's choice names its tier (and emulation);
+// Error(backend_unavailable) when this CPU cannot run it.
+IsaChoice choose_forced_tier(const ForcedTier& forced);
+
 }  // namespace attnops::cpu

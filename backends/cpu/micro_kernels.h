@@ -31,9 +31,9 @@ using simd::V16;
 
 inline constexpr int kMaxR = 6;   // broadcast rows per micro-tile
 inline constexpr int kMaxNC = 4;  // vectors of 16 lanes per micro-tile
-#if ATTNOPS_TIER_LEVEL >= 2
+#if ATTNOPS_SIMD_LEVEL >= 2
 inline constexpr int kRegR = 6, kRegNC = 4;
-#elif ATTNOPS_TIER_LEVEL == 1
+#elif ATTNOPS_SIMD_LEVEL == 1
 inline constexpr int kRegR = 6, kRegNC = 1;
 #else
 inline constexpr int kRegR = 2, kRegNC = 1;

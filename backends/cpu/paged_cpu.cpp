@@ -2,6 +2,7 @@
 #include "backends/cpu/paged_cpu.h"
 
 #include <algorithm>
+#include <atomic>
 #include <new>
 #include <numeric>
 #include <string>
@@ -47,31 +48,6 @@ bool values_finite(const PagedProblem& p, i64 s, i64 lo, i64 hi) {
   return true;
 }
 
-// One tile item on `threads` threads: the sequence's keys gathered, the tiled kernel on them (and
-// its guarded re-run when the output came out non-finite and the values hold NaN / inf), the rows
-// scattered back. The tiled kernel's result does not depend on its thread count.
-void run_tile(const PagedProblem& p, const PagedWorkItem& it, PagedBuffers& buffers, Isa tier, int threads) {
-  // Every key from the lowest one a row sees (rounded down to a chunk start, so chunks stay
-  // aligned) to kv_len: bottom-right alignment keeps every query's position relative to its keys.
-  const i64 first = p.batch->chunk ? it.kv_begin / *p.batch->chunk * *p.batch->chunk : it.kv_begin;
-  paged::DenseSequence x = paged::dense_sequence(p, it.seq, first);
-  x.metadata.num_threads = threads;
-  AttentionProblem dp = make_problem(x.q, x.k, x.v, x.options, x.metadata);
-  const auto map = get_block_map(dp.mask, dp.Hq, dp.Tq, dp.Tk, dp.blocksize_q, dp.blocksize_k);
-  AttentionBuffers ab = allocate_buffers(dp);
-  tiled_attention(dp, *map, ab, tier);
-  if (!all_finite(ab.out) && !all_finite(x.v)) {
-    dp.guard_nonfinite_v = true;
-    ab = allocate_buffers(dp);
-    tiled_attention(dp, *map, ab, tier);
-  }
-  paged::scatter_outputs(p, it.seq, ab, buffers);
-}
-
-// A tile item this small (query x key pairs, all q heads) runs on one thread, next to the other
-// small ones and the stream items, instead of in a parallel region of its own.
-constexpr double kSmallTilePairs = double{1 << 22};
-
 // The one parallel loop of the paged cpu path: fn(slot, task) for task < n, handed out one at a
 // time on the work pool (backends/common/work_pool.h: the caller takes tasks too, and a worker
 // descheduled by a busy machine is never waited for unless it holds a task), on at most `threads`
@@ -102,11 +78,62 @@ void for_each_task(int threads, i64 n, Fn& fn) {
   job.errors.rethrow("cpu paged_attention");
 }
 
+// rows(lo, hi) over [0, n) in pieces of `step` rows on `threads` threads (one piece at a time
+// when threads == 1): the tile items' copies in and out, which on one thread took a tenth of a
+// 2048-token f32 prefill's time at 16 threads.
+template <class Rows>
+void for_row_pieces(int threads, i64 n, i64 step, Rows&& rows) {
+  auto piece = [&](int, i64 i) { rows(i * step, std::min(n, (i + 1) * step)); };
+  for_each_task(threads, (n + step - 1) / step, piece);
+}
+
+// One tile item on `threads` threads: the sequence's keys gathered, the tiled kernel on them (and
+// its guarded re-run when the output came out non-finite and the values hold NaN / inf), the rows
+// scattered back. The tiled kernel's result does not depend on its thread count; the copies and
+// the finiteness checks run in pieces on the same threads.
+void run_tile(const PagedProblem& p, const PagedWorkItem& it, PagedBuffers& buffers, const ForcedTier& tier,
+              int threads) {
+  // Every key from the lowest one a row sees (rounded down to a chunk start, so chunks stay
+  // aligned) to kv_len: bottom-right alignment keeps every query's position relative to its keys.
+  const i64 first = p.batch->chunk ? it.kv_begin / *p.batch->chunk * *p.batch->chunk : it.kv_begin;
+  paged::DenseSequence x = paged::dense_sequence(p, it.seq, first, /*gather=*/false);
+  constexpr i64 kRowsPerPiece = 64;
+  const i64 T = x.k.dim(1);
+  for_row_pieces(threads, T, kRowsPerPiece,
+                 [&](i64 lo, i64 hi) { paged::gather_rows(p, it.seq, x, lo, hi); });
+  x.metadata.num_threads = threads;
+  AttentionProblem dp = make_problem(x.q, x.k, x.v, x.options, x.metadata);
+  const auto map = get_block_map(dp.mask, dp.Hq, dp.Tq, dp.Tk, dp.blocksize_q, dp.blocksize_k);
+  AttentionBuffers ab = allocate_buffers(dp);
+  tiled_attention(dp, *map, ab, tier);
+  // Whether rows [lo, hi) of a [1, rows, H, Dh] tensor are all finite, checked in pieces.
+  auto finite = [&](const Tensor& t) {
+    const i64 rows = t.dim(1), row = t.dim(2) * t.dim(3), es = static_cast<i64>(dtype_size(t.dtype()));
+    std::atomic<bool> ok{true};
+    for_row_pieces(threads, rows, 4 * kRowsPerPiece, [&](i64 lo, i64 hi) {
+      const TensorView v(static_cast<const char*>(t.data()) + lo * row * es, t.dtype(), {(hi - lo) * row});
+      if (!all_finite(v)) ok.store(false, std::memory_order_relaxed);
+    });
+    return ok.load();
+  };
+  if (!finite(ab.out) && !finite(x.v)) {
+    dp.guard_nonfinite_v = true;
+    ab = allocate_buffers(dp);
+    tiled_attention(dp, *map, ab, tier);
+  }
+  for_row_pieces(threads, dp.Tq, kRowsPerPiece,
+                 [&](i64 lo, i64 hi) { paged::scatter_rows(p, it.seq, ab, buffers, lo, hi); });
+}
+
+// A tile item this small (query x key pairs, all q heads) runs on one thread, next to the other
+// small ones and the stream items, instead of in a parallel region of its own.
+constexpr double kSmallTilePairs = double{1 << 22};
+
 // The stream items `items` (whole sequences, in plan order) with the small tile items `tiles`
 // beside them, then the merges.
-void run_stream_and_small_tiles(const PagedProblem& p, PagedBuffers& buffers, const TierKernels& k, Isa tier,
-                                int threads, const std::vector<std::int32_t>& items, bool guard,
-                                const std::vector<std::int32_t>& tiles) {
+void run_stream_and_small_tiles(const PagedProblem& p, PagedBuffers& buffers, const TierKernels& k,
+                                const ForcedTier& tier, int threads, const std::vector<std::int32_t>& items,
+                                bool guard, const std::vector<std::int32_t>& tiles) {
   const i64 n = static_cast<i64>(items.size()), nt = static_cast<i64>(tiles.size());
   if (n + nt == 0) return;
   void* job = n > 0 ? k.paged_stream_begin(p, buffers, threads, items.data(), n, guard) : nullptr;
@@ -131,7 +158,7 @@ void run_stream_and_small_tiles(const PagedProblem& p, PagedBuffers& buffers, co
   }
 }
 
-void run_paged(const PagedProblem& p, PagedBuffers& buffers, std::optional<Isa> forced) {
+void run_paged(const PagedProblem& p, PagedBuffers& buffers, std::optional<ForcedTier> forced) {
   if (p.on_device())
     throw Error(ErrorCode::invalid_argument,
                 "cpu paged_attention: the cache or q is device-resident; the cpu "
@@ -141,10 +168,12 @@ void run_paged(const PagedProblem& p, PagedBuffers& buffers, std::optional<Isa> 
         ErrorCode::unsupported_dtype,
         "cpu paged_attention: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
   IsaChoice forced_choice;
-  const IsaChoice& c = forced ? (forced_choice = choose_isa_forced(*forced)) : current_isa_choice();
+  const IsaChoice& c = forced ? (forced_choice = choose_forced_tier(*forced)) : current_isa_choice();
   const PagedPlan::Data& d = *p.batch;
   const int threads = worker_threads(p.num_threads);
-  const TierKernels& k = tier_kernels(c.tier);
+  // The tile items run the tiled kernel on the same tier (a forced one's table included).
+  const ForcedTier tier = forced ? *forced : ForcedTier(c.tier);
+  const TierKernels& k = tier.table ? *tier.table : tier_kernels(c.tier);
 
   std::vector<std::int32_t> stream(static_cast<std::size_t>(d.num_stream_items)), small, large;
   std::iota(stream.begin(), stream.end(), 0);
@@ -155,7 +184,7 @@ void run_paged(const PagedProblem& p, PagedBuffers& buffers, std::optional<Isa> 
     (pairs <= kSmallTilePairs ? small : large).push_back(static_cast<std::int32_t>(i));
   }
   try {
-    run_stream_and_small_tiles(p, buffers, k, c.tier, threads, stream, false, small);
+    run_stream_and_small_tiles(p, buffers, k, tier, threads, stream, false, small);
     // The non-finite policy per sequence: stream items are whole sequences in plan order.
     std::vector<std::int32_t> guarded;
     for (std::size_t i = 0; i < stream.size();) {
@@ -166,11 +195,11 @@ void run_paged(const PagedProblem& p, PagedBuffers& buffers, std::optional<Isa> 
         for (std::size_t j = i; j < i + n; ++j) guarded.push_back(static_cast<std::int32_t>(j));
       i += n;
     }
-    if (!guarded.empty()) run_stream_and_small_tiles(p, buffers, k, c.tier, threads, guarded, true, {});
+    if (!guarded.empty()) run_stream_and_small_tiles(p, buffers, k, tier, threads, guarded, true, {});
   } catch (const std::bad_alloc&) {
     throw Error(ErrorCode::out_of_memory, "cpu paged_attention: cannot allocate the stream kernel's scratch");
   }
-  for (std::int32_t i : large) run_tile(p, d.work[static_cast<std::size_t>(i)], buffers, c.tier, threads);
+  for (std::int32_t i : large) run_tile(p, d.work[static_cast<std::size_t>(i)], buffers, tier, threads);
 
   buffers.run.kernel = std::string(isa_name(c.tier));
   buffers.run.kernel_detail =
@@ -187,7 +216,7 @@ void run_paged(const PagedProblem& p, PagedBuffers& buffers, std::optional<Isa> 
 void paged_attention(const PagedProblem& p, PagedBuffers& buffers) {
   run_paged(p, buffers, std::nullopt);
 }
-void paged_attention(const PagedProblem& p, PagedBuffers& buffers, Isa tier) {
+void paged_attention(const PagedProblem& p, PagedBuffers& buffers, ForcedTier tier) {
   run_paged(p, buffers, tier);
 }
 

@@ -16,8 +16,8 @@
 namespace attnops::cpu {
 
 void paged_attention(const PagedProblem& p, PagedBuffers& buffers);
-// With a given tier instead of the chosen one (tests). Error backend_unavailable when the CPU
-// does not run `tier` or this build lacks it.
-void paged_attention(const PagedProblem& p, PagedBuffers& buffers, Isa tier);
+// With a given tier instead of the chosen one (tests: a tier of this build, or an emulated
+// build's table). Error backend_unavailable when the CPU does not run `tier` or this build lacks it.
+void paged_attention(const PagedProblem& p, PagedBuffers& buffers, ForcedTier tier);
 
 }  // namespace attnops::cpu

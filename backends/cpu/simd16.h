@@ -23,10 +23,26 @@
 //       NaN stays NaN (the non-finite policy, backends/common/softmax_policy.h)
 //   reduce_add(a), reduce_max(a)
 //   widen_n(p, bf16, n): n (0..16) f16 or bf16 values widened to fp32 (exact), 0 beyond
+//   widen_pairs_n(p, n, even, odd): n (0..32) bf16 values widened as pairs, even[l] = p[2l],
+//       odd[l] = p[2l + 1], 0 beyond (a shift and a mask per 32 values)
 #pragma once
 
 #if !defined(ATTNOPS_TIER_NS) || !defined(ATTNOPS_TIER_LEVEL)
 #error "backends/cpu/simd16.h is only for per-tier kernel sources (see backends/cpu/README.md)"
+#endif
+
+// The vector body, 0 generic / 1 avx2 / 2 avx512: the tier's own unless the build names another.
+// An emulated build (ATTNOPS_ISA_EMULATE, tests/tiers) compiles a tier's kernels with the avx2
+// flags: its level (and so its paths, blockings and packings) stays the tier's, the vectors are
+// AVX2's and the instructions beyond AVX2 are emulated (simd16_bf16.h, amx_tiles.h).
+#if !defined(ATTNOPS_SIMD_LEVEL)
+#if defined(ATTNOPS_ISA_EMULATE)
+#error "an emulated tier build names its vector body (ATTNOPS_SIMD_LEVEL)"
+#endif
+#define ATTNOPS_SIMD_LEVEL (ATTNOPS_TIER_LEVEL >= 2 ? 2 : ATTNOPS_TIER_LEVEL)
+#endif
+#if ATTNOPS_SIMD_LEVEL > ATTNOPS_TIER_LEVEL
+#error "ATTNOPS_SIMD_LEVEL above the tier's level"
 #endif
 
 #include <cmath>
@@ -40,9 +56,9 @@ namespace attnops::cpu::ATTNOPS_TIER_NS::simd {
 using Mask16 = std::uint16_t;
 }  // namespace attnops::cpu::ATTNOPS_TIER_NS::simd
 
-#if ATTNOPS_TIER_LEVEL >= 2
+#if ATTNOPS_SIMD_LEVEL >= 2
 #include "backends/cpu/simd16_avx512.h"
-#elif ATTNOPS_TIER_LEVEL == 1
+#elif ATTNOPS_SIMD_LEVEL == 1
 #include "backends/cpu/simd16_avx2.h"
 #else
 #include "backends/cpu/simd16_generic.h"

@@ -150,6 +150,22 @@ inline float reduce_max(V16 a) {
   x = _mm_max_ss(x, _mm_movehdup_ps(x));
   return _mm_cvtss_f32(x);
 }
+// n (0..32) bf16 values as pairs: even[l] = p[2l], odd[l] = p[2l + 1] (see simd16_avx512.h).
+inline void widen_pairs_n(const std::uint16_t* p, int n, V16& even, V16& odd) {
+  __m256i a, b;
+  if (n >= 32) {
+    a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16));
+  } else {
+    std::uint16_t tmp[32] = {};  // a short row: never read past its end
+    std::memcpy(tmp, p, static_cast<std::size_t>(n > 0 ? n : 0) * sizeof(std::uint16_t));
+    a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tmp));
+    b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(tmp + 16));
+  }
+  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xffff0000u));
+  even = {_mm256_castsi256_ps(_mm256_slli_epi32(a, 16)), _mm256_castsi256_ps(_mm256_slli_epi32(b, 16))};
+  odd = {_mm256_castsi256_ps(_mm256_and_si256(a, hi)), _mm256_castsi256_ps(_mm256_and_si256(b, hi))};
+}
 inline V16 widen_n(const std::uint16_t* p, bool bf16, int n) {
   if (n >= 16) return {avx2::widen8(p, bf16), avx2::widen8(p + 8, bf16)};
   std::uint16_t tmp[16] = {};  // a short row: never read past its end

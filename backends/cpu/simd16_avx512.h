@@ -118,6 +118,15 @@ inline float reduce_max(V16 a) {
   return _mm512_reduce_max_ps(a.v);
 }
 
+// n (0..32) bf16 values widened to fp32 (exact) as pairs: even[l] = p[2l], odd[l] = p[2l + 1];
+// elements >= n are 0. One load, a shift and a mask: no per-element conversion.
+inline void widen_pairs_n(const std::uint16_t* p, int n, V16& even, V16& odd) {
+  const __mmask32 m = n >= 32 ? ~__mmask32{0} : (__mmask32{1} << (n > 0 ? n : 0)) - 1;
+  const __m512i x = _mm512_maskz_loadu_epi16(m, p);
+  even = {_mm512_castsi512_ps(_mm512_slli_epi32(x, 16))};
+  odd = {_mm512_castsi512_ps(_mm512_and_si512(x, _mm512_set1_epi32(static_cast<int>(0xffff0000u))))};
+}
+
 // n (0..16) f16 or bf16 values widened to fp32 (exact); lanes >= n are 0.
 inline V16 widen_n(const std::uint16_t* p, bool bf16, int n) {
   const __m256i h = _mm256_maskz_loadu_epi16(first_lanes(n), p);

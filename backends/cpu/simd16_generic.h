@@ -140,6 +140,11 @@ inline float reduce_max(V16 a) {
   for (int l = 1; l < 16; ++l) s = a.v[l] > s ? a.v[l] : s;
   return s;
 }
+// n (0..32) bf16 values as pairs: even[l] = p[2l], odd[l] = p[2l + 1] (see simd16_avx512.h).
+inline void widen_pairs_n(const std::uint16_t* p, int n, V16& even, V16& odd) {
+  even = zero(), odd = zero();
+  for (int i = 0; i < (n < 32 ? n : 32); ++i) (i % 2 ? odd : even).v[i / 2] = bf16_bits_to_float(p[i]);
+}
 inline V16 widen_n(const std::uint16_t* p, bool bf16, int n) {
   V16 r = zero();
   const int m = n > 0 ? (n < 16 ? n : 16) : 0;

@@ -27,6 +27,9 @@ struct VanillaPlan;
 // attnops::Error, only std::bad_alloc.
 struct TierKernels {
   Isa isa;
+  // A build of the tier's kernels with the instructions beyond AVX2 emulated (ATTNOPS_ISA_EMULATE:
+  // the tests' builds, tests/tiers), never one of the library's own tables.
+  bool emulated;
   // Flash / blocksparse (tiled_cpu.cpp): every tile of `map` of every (batch, q head, q block).
   const char* (*tiled)(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers);
   // Vanilla, materialised scores (vanilla_cpu.cpp; tasks and scratch as `plan` says) and decode
@@ -65,5 +68,7 @@ ATTNOPS_CPU_DECLARE_TIER(tier_amx)
 // The table of a compiled tier (isa_compiled(isa)); the caller must also have checked that the
 // CPU runs it (choose_isa): calling a tier above the detected one faults.
 const TierKernels& tier_kernels(Isa isa);
+
+inline ForcedTier::ForcedTier(const TierKernels& kernels) : isa(kernels.isa), table(&kernels) {}
 
 }  // namespace attnops::cpu

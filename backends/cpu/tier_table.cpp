@@ -7,7 +7,13 @@
 namespace attnops::cpu::ATTNOPS_TIER_NS {
 
 const TierKernels& tier_kernels() {
+#if defined(ATTNOPS_ISA_EMULATE)
+  constexpr bool kEmulated = true;
+#else
+  constexpr bool kEmulated = false;
+#endif
   static constexpr TierKernels kTable{static_cast<Isa>(ATTNOPS_TIER_LEVEL),
+                                      kEmulated,
                                       &tiled_forward,
                                       &vanilla_general_forward,
                                       &vanilla_decode_forward,

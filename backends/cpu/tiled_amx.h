@@ -21,12 +21,45 @@
 #include <cstring>
 
 #include "backends/cpu/amx_tiles.h"
+#include "backends/cpu/pool_for.h"
+#include "backends/cpu/simd16_bf16.h"
 #include "backends/cpu/tiled_common.h"
+#include "backends/cpu/transpose_tile.h"
 
 namespace attnops::cpu::ATTNOPS_TIER_NS::amx {
 
 using tiled::i64;
 using tiled::round_up;
+
+// Element (b, i, h, 0) of a bf16 BTHD view.
+inline const std::uint16_t* row_of(const TensorView& t, i64 b, i64 i, i64 h) {
+  return static_cast<const std::uint16_t*>(t.data()) + b * t.stride(0) + i * t.stride(1) + h * t.stride(2);
+}
+
+// 32-bit words from the pairs of 16-bit elements (the AMX B and transposed-A layouts are 32-bit
+// transposes of bf16 pairs, transpose_tile.h's transpose_words).
+inline std::uint32_t* words(std::uint16_t* p) {
+  return reinterpret_cast<std::uint32_t*>(p);
+}
+
+// out[d * ld + r] = t(b, i0 + r, h, d) for r < n, d < Dt (16-bit; ld even; out zeroed by the
+// caller): rows r, r + 1 interleaved into 32-bit words, then a 32-bit transpose, 32 x 32 at a time.
+inline void pack_transposed(const TensorView& t, i64 b, i64 h, i64 i0, i64 n, i64 Dt, std::uint16_t* out,
+                            i64 ld) {
+  alignas(64) std::uint16_t w[16 * 64];  // 16 word rows (32 source rows) x 32 words (32 columns)
+  for (i64 r0 = 0; r0 < n; r0 += 32) {
+    const i64 rows = std::min<i64>(32, n - r0), wrows = (rows + 1) / 2;
+    for (i64 d0 = 0; d0 < Dt; d0 += 32) {
+      const int cols = static_cast<int>(std::min<i64>(32, Dt - d0));
+      for (i64 k = 0; k < wrows; ++k) {
+        const std::uint16_t* a = row_of(t, b, i0 + r0 + 2 * k, h) + d0;
+        const std::uint16_t* c = 2 * k + 1 < rows ? row_of(t, b, i0 + r0 + 2 * k + 1, h) + d0 : nullptr;
+        simd::interleave_rows(a, c, cols, w + k * 64);
+      }
+      transpose::transpose_words(words(w), 32, wrows, cols, words(out + d0 * ld + r0), ld / 2);
+    }
+  }
+}
 
 // K of every (batch, kv head) as rows [k_rows = Tk + 16][Dp] and V^T as [Dv16][ldvt = Tk32 + 32]
 // bf16, zero past the data: the last tile of a row reads up to 15 keys / 31 key columns past Tk.
@@ -53,14 +86,13 @@ inline tiled::PackedKv pack_kv(const AttentionProblem& p, int threads) {
       }
       std::fill(row + filled, row + Dp, std::uint16_t{0});
     }
-    // V^T columns [j_begin, j_end) of this head (the zero columns past k_rows come below).
+    // V^T columns [j_begin, j_end) of this head (the zero columns past k_rows come below): 32-bit
+    // transposes of pairs of V rows (pack_transposed).
     std::uint16_t* vd = pk.vt.get() + head * pk.dv16 * pk.ldvt;
-    for (i64 e = 0; e < pk.dv16; ++e) {
-      std::uint16_t* col = vd + e * pk.ldvt;
-      for (i64 j = j_begin; j < j_end; ++j)
-        col[j] =
-            j < p.Tk && e < p.Dv ? reinterpret_cast<const std::uint16_t*>(tiled::at(p.v, b, j, kh))[e] : 0;
-    }
+    for (i64 e = 0; e < pk.dv16; ++e)
+      std::fill(vd + e * pk.ldvt + j_begin, vd + e * pk.ldvt + j_end, std::uint16_t{0});
+    if (j_begin < p.Tk)
+      pack_transposed(p.v, b, kh, j_begin, std::min(j_end, p.Tk) - j_begin, p.Dv, vd + j_begin, pk.ldvt);
     if (j_end == pk.k_rows)
       for (i64 e = 0; e < pk.dv16; ++e)
         std::fill(vd + e * pk.ldvt + pk.k_rows, vd + (e + 1) * pk.ldvt, std::uint16_t{0});
@@ -141,13 +173,15 @@ inline void qk(const tiled::TileOperands& t, const std::uint16_t* qp, i64 bqp, i
 
 // O^T = alpha * O^T + V^T P^T for the chunk's NC lane vectors from n0, keys [c_a, c_b) (multiples
 // of 32 from the tile start; pp holds their pairs from c_a). ot has ot_rows (Dv rounded to 16) rows.
+// alpha == nullptr: every factor is exactly 1 (no row's max changed), no rescale pass.
 inline void pv(const tiled::TileOperands& t, const std::uint16_t* pp, i64 bqp, i64 ot_rows, i64 n0, int NC,
                i64 c_a, i64 c_b, const float* alpha, float* ot) {
-  for (i64 e = 0; e < ot_rows; ++e)
-    for (int n = 0; n < NC; ++n) {
-      float* o = ot + e * bqp + (n0 + n) * 16;
-      simd::store(o, simd::mul(simd::load(o), simd::load(alpha + (n0 + n) * 16)));
-    }
+  if (alpha)
+    for (i64 e = 0; e < ot_rows; ++e)
+      for (int n = 0; n < NC; ++n) {
+        float* o = ot + e * bqp + (n0 + n) * 16;
+        simd::store(o, simd::mul(simd::load(o), simd::load(alpha + (n0 + n) * 16)));
+      }
   for (i64 e0 = 0; e0 < ot_rows; e0 += 32)
     for (int n = 0; n < NC; n += 2) {
       const i64 l0 = (n0 + n) * 16;

@@ -50,6 +50,9 @@
 #include "backends/cpu/simd16.h"
 #include "backends/cpu/tier_entry.h"
 #include "backends/cpu/tiled_backward_parts.h"
+#if ATTNOPS_TIER_LEVEL >= 4
+#include "backends/cpu/tiled_backward_amx.h"
+#endif
 
 namespace attnops::cpu::ATTNOPS_TIER_NS {
 namespace bwd {
@@ -61,18 +64,32 @@ void Backward::dq_task(Scratch& s, i64 b, i64 h, i64 qb) const {
   float *qt = s.qt.get(), *ot = s.ot.get(), *dqt = s.dqt.get(), *st = s.st.get(), *dpt = s.dpt.get();
   float *lzq = s.lz.get(), *diq = s.di.get();
 
-  // Q^T (scaled) and dO^T [D|Dv][bqp]; padding lanes: zeros, lz = +inf (P = 0), Delta = 0.
+  // Q^T (scaled) and dO^T [D|Dv][bqp]; padding lanes: zeros, lz = +inf (P = 0), Delta = 0. The
+  // AMX products take Q and dO as bf16 pairs instead (unscaled), and dQ^T has D rounded to 16.
+#if ATTNOPS_TIER_LEVEL >= 4
+  const auto* pk = static_cast<const bwd_amx::Packed*>(amx);
+  const i64 Dp = round_up(D, 32), Dvp = round_up(Dv, 32), dq_rows = pk ? round_up(D, 16) : D;
+  if (pk) {
+    bwd_amx::pack_pairs(p.q, b, h, i0, nr, lanes, bqp, D, Dp, s.a_qp.get());
+    bwd_amx::pack_pairs(bp.dout, b, h, i0, nr, lanes, bqp, Dv, Dvp, s.a_op.get());
+  }
+#else
+  constexpr const void* pk = nullptr;
+  const i64 dq_rows = D;
+#endif
+  const V16 scale_s = simd::set1(pk ? scale : 1.f);  // S from the tiles is unscaled
   const i64 stat = (b * p.Hq + h) * Tq + i0;
   for (i64 r = 0; r < lanes; ++r) {
     const bool real = r < nr;
+    lzq[r] = real ? lz[stat + r] : kInf;
+    diq[r] = real ? di[stat + r] : 0.f;
+    if (pk) continue;
     if (real) simd::convert_row(at(p.q, b, i0 + r, h), p.dtype, D, s.row.get(), scale);
     for (i64 d = 0; d < D; ++d) qt[d * bqp + r] = real ? s.row[static_cast<std::size_t>(d)] : 0.f;
     if (real) simd::convert_row(at(bp.dout, b, i0 + r, h), p.dtype, Dv, s.row.get());
     for (i64 e = 0; e < Dv; ++e) ot[e * bqp + r] = real ? s.row[static_cast<std::size_t>(e)] : 0.f;
-    lzq[r] = real ? lz[stat + r] : kInf;
-    diq[r] = real ? di[stat + r] : 0.f;
   }
-  for (i64 d = 0; d < D; ++d) std::fill(dqt + d * bqp, dqt + d * bqp + lanes, 0.f);
+  for (i64 d = 0; d < dq_rows; ++d) std::fill(dqt + d * bqp, dqt + d * bqp + lanes, 0.f);
 
   std::int32_t qseg_lo = 0, qseg_hi = 0;
   const std::int32_t* segkv = seg ? p.seg_kv + b * Tk : nullptr;
@@ -92,9 +109,11 @@ void Backward::dq_task(Scratch& s, i64 b, i64 h, i64 qb) const {
       id_range(segkv + j0, nc, lo, hi);
       if (hi < qseg_lo || lo > qseg_hi) continue;
     }
-    const float *kt, *vt;
-    i64 ldk, ldv;
-    if (!convert) {
+    const float *kt = nullptr, *vt = nullptr;
+    i64 ldk = 0, ldv = 0;
+    if (pk) {
+      // the packed K / V rows and K^T (tiled_backward_amx.h)
+    } else if (!convert) {
       kt = reinterpret_cast<const float*>(at(p.k, b, j0, kh));
       vt = reinterpret_cast<const float*>(at(p.v, b, j0, kh));
       ldk = p.k.stride(1), ldv = p.v.stride(1);
@@ -119,7 +138,16 @@ void Backward::dq_task(Scratch& s, i64 b, i64 h, i64 qb) const {
           if (map.partial_col(blk.partial, c)[n0 >> 2] & rows) c_lo = std::min(c_lo, c), c_hi = c + 1;
         if (c_lo >= c_hi) continue;
       }
-      for (i64 c0 = c_lo; c0 < c_hi; c0 += kMaxR) {
+#if ATTNOPS_TIER_LEVEL >= 4
+      if (pk) {  // S^T = K Q^T, dP^T = V dO^T on tiles (whole 16-key tiles around [c_lo, c_hi))
+        const i64 head = b * p.Hkv + kh;
+        bwd_amx::rows_times_pairs(pk->k_rows_of(head) + j0 * Dp, Dp, s.a_qp.get(), bqp, Dp, n0, NC, c_lo,
+                                  c_hi, st);
+        bwd_amx::rows_times_pairs(pk->v_rows_of(head) + j0 * Dvp, Dvp, s.a_op.get(), bqp, Dvp, n0, NC, c_lo,
+                                  c_hi, dpt);
+      }
+#endif
+      for (i64 c0 = c_lo; !pk && c0 < c_hi; c0 += kMaxR) {
         const int R = static_cast<int>(std::min<i64>(kMaxR, c_hi - c0));
         if (partial) {
           std::uint64_t any = 0;
@@ -139,7 +167,7 @@ void Backward::dq_task(Scratch& s, i64 b, i64 h, i64 qb) const {
         const V16 lzv = simd::load(lzq + l0), dv = simd::load(diq + l0);
         for (i64 c = c_lo; c < c_hi; ++c) {
           float* sc = st + c * bqp + l0;
-          V16 x = simd::load(sc), t = simd::zero();
+          V16 x = simd::mul(simd::load(sc), scale_s), t = simd::zero();
           if (cap) {
             t = simd::tanh(simd::mul(x, inv_capv));
             x = simd::mul(capv, t);
@@ -158,6 +186,15 @@ void Backward::dq_task(Scratch& s, i64 b, i64 h, i64 qb) const {
 
       // dQ^T[d] += sum_c K[c][d] * dS^T[c] over the chunk's keys (a key holding NaN / inf only
       // in the lanes of the rows that see it).
+#if ATTNOPS_TIER_LEVEL >= 4
+      if (pk) {  // dS^T as bf16 pairs of keys over [c_a, c_b), 32-key tile rows of K^T
+        const i64 c_a = c_lo / 32 * 32, c_b = std::min(round_up(c_hi, 32), round_up(nc, 32));
+        bwd_amx::store_row_pairs(st, bqp, n0, NC, c_a, c_b, c_lo, c_hi, s.a_dsp.get());
+        bwd_amx::cols_times_pairs(pk->kt_of(b * p.Hkv + kh) + j0, pk->k_rows, s.a_dsp.get(), bqp, dq_rows, n0,
+                                  NC, c_a, c_b, dqt);
+        continue;
+      }
+#endif
       if (kbad)
         guard::acc_panel_guarded(kt + c_lo * ldk, ldk, st + c_lo * bqp + n0 * 16, bqp, c_hi - c_lo,
                                  dqt + n0 * 16, bqp, D, NC, kbad + ((b * Tk + j0 + c_lo) * p.Hkv + kh), p.Hkv,
@@ -229,6 +266,8 @@ void row_statistics(const BackwardProblem& bp, std::vector<Scratch>& scratch, in
 const char* tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads) {
   const AttentionProblem& p = bp.fwd;
   static constexpr const char* kDetail = "f32 micro-kernels (dq pass + dk/dv pass)";
+  [[maybe_unused]] static constexpr const char* kAmxDetail =
+      "bf16 products on AMX tiles (TDPBF16PS; dq pass + dk/dv pass), P and dS rounded to bf16";
   if (p.B == 0 || p.Tq == 0 || p.Tk == 0)
     return kDetail;  // nothing visible: the zero-filled buffers are the answer
   const i64 bq = map.bq, bk = map.bk, bqp = round_up(bq, 16), bkp = round_up(bk, 16);
@@ -317,6 +356,19 @@ const char* tiled_backward(const BackwardProblem& bp, const BlockMap& map, Gradi
   const bool any_o = guard::flag_nonfinite_rows(bp.dout, p.dtype, p.Dv, nt, row_buffer, obad.get());
   const bool any_k = guard::flag_nonfinite_rows(p.k, p.dtype, p.D, nt, row_buffer, kbad.get());
 
+  // bf16 on the amx tier: the products on tiles (tiled_backward_amx.h), unless some row holds
+  // NaN / inf (those take the guarded fp32 products).
+  [[maybe_unused]] const bool tiles =
+      ATTNOPS_TIER_LEVEL >= 4 && p.dtype == DType::bf16 && !any_q && !any_o && !any_k;
+#if ATTNOPS_TIER_LEVEL >= 4
+  bwd_amx::Packed packed;
+  if (tiles) {
+    packed = bwd_amx::pack_call(bp, nt);
+    scratch.clear();
+    for (int t = 0; t < nt; ++t) scratch.emplace_back(bq, bk, bqp, bkp, p.D, p.Dv, false, true);
+  }
+#endif
+
   const bool cap = p.soft_cap.has_value();
   const Backward k{bp,
                    p,
@@ -338,21 +390,34 @@ const char* tiled_backward(const BackwardProblem& bp, const BlockMap& map, Gradi
                    cap,
                    p.dtype != DType::f32,
                    p.has_segments()};
+#if ATTNOPS_TIER_LEVEL >= 4
+  Backward kt = k;
+  if (tiles) kt.amx = &packed;
+  const Backward& kx = kt;
+#else
+  const Backward& kx = k;
+#endif
   const auto ntasks = static_cast<i64>(tasks.size());
   auto run_task = [&](int slot, i64 t) {
     Scratch& s = scratch[static_cast<std::size_t>(slot)];
     const Task& task = tasks[static_cast<std::size_t>(t)];
+#if ATTNOPS_TIER_LEVEL >= 4
+    if (tiles) amx::configure_tiles();  // tile state is per thread
+#endif
     if (task.kind == 0) {
-      k.dq_task(s, task.b, task.h, task.blk);
-      return;
+      kx.dq_task(s, task.b, task.h, task.blk);
+    } else {
+      const i64 b0 = task.b < 0 ? 0 : task.b, b1 = task.b < 0 ? p.B : task.b + 1;
+      const i64 h0 = task.h < 0 ? 0 : task.h, h1 = task.h < 0 ? p.Hkv : task.h + 1;
+      for (i64 b = b0; b < b1; ++b)
+        for (i64 kvh = h0; kvh < h1; ++kvh) kx.dkv_unit(s, b, kvh, task.blk);
     }
-    const i64 b0 = task.b < 0 ? 0 : task.b, b1 = task.b < 0 ? p.B : task.b + 1;
-    const i64 h0 = task.h < 0 ? 0 : task.h, h1 = task.h < 0 ? p.Hkv : task.h + 1;
-    for (i64 b = b0; b < b1; ++b)
-      for (i64 kvh = h0; kvh < h1; ++kvh) k.dkv_unit(s, b, kvh, task.blk);
+#if ATTNOPS_TIER_LEVEL >= 4
+    if (tiles) amx::release_tiles();
+#endif
   };
   pool_for(nt, ntasks, run_task);
-  return kDetail;
+  return tiles ? kAmxDetail : kDetail;
 }
 
 }  // namespace attnops::cpu::ATTNOPS_TIER_NS

@@ -14,8 +14,8 @@
 namespace attnops::cpu {
 
 void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads);
-// With a given tier instead of the chosen one (tests). Error backend_unavailable when the CPU
-// does not run `tier` or this build lacks it.
-void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads, Isa tier);
+// With a given tier instead of the chosen one (tests: a tier of this build, or an emulated
+// build's table). Error backend_unavailable when the CPU does not run `tier` or this build lacks it.
+void tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads, ForcedTier tier);
 
 }  // namespace attnops::cpu

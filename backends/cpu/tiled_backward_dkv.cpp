@@ -14,6 +14,9 @@
 #include "backends/cpu/micro_kernels.h"
 #include "backends/cpu/simd16.h"
 #include "backends/cpu/tiled_backward_parts.h"
+#if ATTNOPS_TIER_LEVEL >= 4
+#include "backends/cpu/tiled_backward_amx.h"
+#endif
 
 namespace attnops::cpu::ATTNOPS_TIER_NS::bwd {
 
@@ -24,16 +27,32 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
   float *kt = s.kt.get(), *vt = s.vt.get(), *dkt = s.dkt.get(), *dvt = s.dvt.get(), *sp = s.s.get(),
         *dp = s.dp.get();
 
-  // K^T (scaled) and V^T [D|Dv][bkp]; padding keys are zeros (and masked below).
-  for (i64 c = 0; c < klanes; ++c) {
+  // K^T (scaled) and V^T [D|Dv][bkp]; padding keys are zeros (and masked below). The AMX
+  // products take K and V as bf16 pairs over the key lanes (unscaled) instead; dK^T and dV^T then
+  // have their dims rounded to 16.
+#if ATTNOPS_TIER_LEVEL >= 4
+  const auto* pk = static_cast<const bwd_amx::Packed*>(amx);
+  const bool tiles = pk != nullptr;
+  const i64 Dp = round_up(D, 32), Dvp = round_up(Dv, 32);
+  const i64 dk_rows = tiles ? round_up(D, 16) : D, dv_rows = tiles ? round_up(Dv, 16) : Dv;
+  if (tiles) {
+    bwd_amx::pack_pairs(p.k, b, kvh, j0, nc, klanes, bkp, D, Dp, s.a_kp.get());
+    bwd_amx::pack_pairs(p.v, b, kvh, j0, nc, klanes, bkp, Dv, Dvp, s.a_vp.get());
+  }
+#else
+  constexpr bool tiles = false;
+  const i64 dk_rows = D, dv_rows = Dv;
+#endif
+  const V16 scale_s = simd::set1(tiles ? scale : 1.f);  // S from the tiles is unscaled
+  for (i64 c = 0; !tiles && c < klanes; ++c) {
     const bool real = c < nc;
     if (real) simd::convert_row(at(p.k, b, j0 + c, kvh), p.dtype, D, s.row.get(), scale);
     for (i64 d = 0; d < D; ++d) kt[d * bkp + c] = real ? s.row[static_cast<std::size_t>(d)] : 0.f;
     if (real) simd::convert_row(at(p.v, b, j0 + c, kvh), p.dtype, Dv, s.row.get());
     for (i64 e = 0; e < Dv; ++e) vt[e * bkp + c] = real ? s.row[static_cast<std::size_t>(e)] : 0.f;
   }
-  for (i64 d = 0; d < D; ++d) std::fill(dkt + d * bkp, dkt + d * bkp + klanes, 0.f);
-  for (i64 e = 0; e < Dv; ++e) std::fill(dvt + e * bkp, dvt + e * bkp + klanes, 0.f);
+  for (i64 d = 0; d < dk_rows; ++d) std::fill(dkt + d * bkp, dkt + d * bkp + klanes, 0.f);
+  for (i64 e = 0; e < dv_rows; ++e) std::fill(dvt + e * bkp, dvt + e * bkp + klanes, 0.f);
 
   std::int32_t kseg_lo = 0, kseg_hi = 0;
   if (seg) {
@@ -59,9 +78,11 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
         id_range(sq, nr, lo, hi);
         if (hi < kseg_lo || lo > kseg_hi) continue;
       }
-      const float *qr, *orow;
-      i64 ldq, ldo;
-      if (!convert) {
+      const float *qr = nullptr, *orow = nullptr;
+      i64 ldq = 0, ldo = 0;
+      if (tiles) {
+        // the tile's Q and dO rows and their transposes are packed once per call
+      } else if (!convert) {
         qr = reinterpret_cast<const float*>(at(p.q, b, i0, h));
         orow = reinterpret_cast<const float*>(at(bp.dout, b, i0, h));
         ldq = p.q.stride(1), ldo = bp.dout.stride(1);
@@ -95,7 +116,16 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
             if (map.partial_row(cb.partial, r)[n0 >> 2] & keys) r_lo = std::min(r_lo, r), r_hi = r + 1;
           if (r_lo >= r_hi) continue;
         }
-        for (i64 r0 = r_lo; r0 < r_hi; r0 += kMaxR) {
+#if ATTNOPS_TIER_LEVEL >= 4
+        if (tiles) {  // S = Q K^T, dP = dO V^T on tiles (whole 16-row tiles around [r_lo, r_hi))
+          const i64 qh = b * p.Hq + h;
+          bwd_amx::rows_times_pairs(pk->q_rows_of(qh) + i0 * Dp, Dp, s.a_kp.get(), bkp, Dp, n0, NC, r_lo,
+                                    r_hi, sp);
+          bwd_amx::rows_times_pairs(pk->o_rows_of(qh) + i0 * Dvp, Dvp, s.a_vp.get(), bkp, Dvp, n0, NC, r_lo,
+                                    r_hi, dp);
+        }
+#endif
+        for (i64 r0 = r_lo; !tiles && r0 < r_hi; r0 += kMaxR) {
           const int R = static_cast<int>(std::min<i64>(kMaxR, r_hi - r0));
           if (partial) {
             std::uint64_t any = 0;
@@ -120,7 +150,7 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
             if (seg) vis &= simd::eq_i32(s.segk.get() + c0, qseg);
             float* sc = sp + r * bkp + c0;
             float* dc = dp + r * bkp + c0;
-            V16 x = simd::load(sc), t = simd::zero();
+            V16 x = simd::mul(simd::load(sc), scale_s), t = simd::zero();
             if (cap) {
               t = simd::tanh(simd::mul(x, inv_capv));
               x = simd::mul(capv, t);
@@ -147,6 +177,19 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
         // dV^T[e] += sum_r dO[r][e] * P[r];  dK^T[d] += sum_r Q[r][d] * dS[r]  (rows [r_lo, r_hi)).
         // A row of dout or q holding NaN / inf adds only in the lanes of the keys it sees.
         const i64 nrows = r_hi - r_lo;
+#if ATTNOPS_TIER_LEVEL >= 4
+        if (tiles) {  // P and dS as bf16 pairs of rows over [r_a, r_b), 32-row tile rows of dO^T, Q^T
+          const i64 r_a = r_lo / 32 * 32, r_b = std::min(round_up(r_hi, 32), round_up(nr, 32));
+          bwd_amx::store_row_pairs(sp, bkp, n0, NC, r_a, r_b, r_lo, r_hi, s.a_pp.get());
+          bwd_amx::store_row_pairs(dp, bkp, n0, NC, r_a, r_b, r_lo, r_hi, s.a_dsr.get());
+          const i64 qh = b * p.Hq + h;
+          bwd_amx::cols_times_pairs(pk->ot_of(qh) + i0, pk->q_rows, s.a_pp.get(), bkp, dv_rows, n0, NC, r_a,
+                                    r_b, dvt);
+          bwd_amx::cols_times_pairs(pk->qt_of(qh) + i0, pk->q_rows, s.a_dsr.get(), bkp, dk_rows, n0, NC, r_a,
+                                    r_b, dkt);
+          continue;
+        }
+#endif
         if (ob_bad)
           guard::acc_panel_guarded(orow + r_lo * ldo, ldo, sp + r_lo * bkp + n0 * 16, bkp, nrows,
                                    dvt + n0 * 16, bkp, Dv, NC, ob_bad + r_lo * p.Hq, p.Hq,

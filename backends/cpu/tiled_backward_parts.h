@@ -64,13 +64,17 @@ struct Scratch {
   Buf<float> kt, vt, dkt, dvt, s, dp, qpack, opack;
   Buf<std::int32_t> segk;
   Buf<float> row, row2;  // one row of max(D, Dv) floats each
-  Scratch(i64 bq, i64 bk, i64 bqp, i64 bkp, i64 D, i64 Dv, bool convert)
+  // The AMX products' operands (tiled_backward_amx.h; empty on the fp32 products): dq task: Q and
+  // dO pairs, dS^T pairs; dk/dv unit: K and V pairs, P and dS pairs. dQ^T, dK^T, dV^T then have
+  // their dims rounded to 16 rows.
+  Buf<std::uint16_t> a_qp, a_op, a_dsp, a_kp, a_vp, a_pp, a_dsr;
+  Scratch(i64 bq, i64 bk, i64 bqp, i64 bkp, i64 D, i64 Dv, bool convert, bool amx = false)
       : vism(aligned_array<Mask16>(std::max(bq, bk) * kMaxNC)),
         qt(aligned_array<float>(D * bqp)),
         ot(aligned_array<float>(Dv * bqp)),
-        dqt(aligned_array<float>(D * bqp)),
-        st(aligned_array<float>(bk * bqp)),
-        dpt(aligned_array<float>(bk * bqp)),
+        dqt(aligned_array<float>(round_up(D, 16) * bqp)),
+        st(aligned_array<float>(round_up(bk, 16) * bqp)),
+        dpt(aligned_array<float>(round_up(bk, 16) * bqp)),
         kpack(aligned_array<float>(convert ? bk * D : 0)),
         vpack(aligned_array<float>(convert ? bk * Dv : 0)),
         lz(aligned_array<float>(bqp)),
@@ -78,15 +82,25 @@ struct Scratch {
         segq(aligned_array<std::int32_t>(bqp)),
         kt(aligned_array<float>(D * bkp)),
         vt(aligned_array<float>(Dv * bkp)),
-        dkt(aligned_array<float>(D * bkp)),
-        dvt(aligned_array<float>(Dv * bkp)),
-        s(aligned_array<float>(bq * bkp)),
-        dp(aligned_array<float>(bq * bkp)),
+        dkt(aligned_array<float>(round_up(D, 16) * bkp)),
+        dvt(aligned_array<float>(round_up(Dv, 16) * bkp)),
+        s(aligned_array<float>(round_up(bq, 16) * bkp)),
+        dp(aligned_array<float>(round_up(bq, 16) * bkp)),
         qpack(aligned_array<float>(convert ? bq * D : 0)),
         opack(aligned_array<float>(convert ? bq * Dv : 0)),
         segk(aligned_array<std::int32_t>(bkp)),
         row(aligned_array<float>(std::max(D, Dv))),
-        row2(aligned_array<float>(std::max(D, Dv))) {}
+        row2(aligned_array<float>(std::max(D, Dv))) {
+    if (!amx) return;
+    const i64 Dp = round_up(D, 32), Dvp = round_up(Dv, 32), bq32 = round_up(bq, 32), bk32 = round_up(bk, 32);
+    a_qp = aligned_array<std::uint16_t>(Dp * bqp);
+    a_op = aligned_array<std::uint16_t>(Dvp * bqp);
+    a_dsp = aligned_array<std::uint16_t>((bk32 + 32) * bqp);
+    a_kp = aligned_array<std::uint16_t>(Dp * bkp);
+    a_vp = aligned_array<std::uint16_t>(Dvp * bkp);
+    a_pp = aligned_array<std::uint16_t>((bq32 + 32) * bkp);
+    a_dsr = aligned_array<std::uint16_t>((bq32 + 32) * bkp);
+  }
 };
 
 // 16 bits of a bitset (row or transposed column) starting at bit l0, a multiple of 16.
@@ -148,6 +162,9 @@ struct Backward {
   i64 bq, bk, bqp, bkp;
   float scale, capf;
   bool cap, convert, seg;
+  // The AMX products (tiled_backward_amx.h): bf16 on the amx tier with no NaN / inf row; the
+  // call's packed K rows, V rows and K^T (null otherwise).
+  const void* amx = nullptr;
 
   void dq_task(Scratch& s, i64 b, i64 h, i64 qb) const;
   void dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const;

@@ -7,35 +7,27 @@
 //   p.v  Pp [pairs][bqp][2]   (P^T[2t][l], P^T[2t+1][l])   written by the softmax (store_pair)
 //        Vp [pairs][Dv][2]    (V[2t][e], V[2t+1][e])       packed per tile (pack_v_pairs)
 // Each instruction does 32 multiply-adds where the fp32 path's FMA does 16. Qp and Vp are also
-// the B-operand layouts of AMX (tiled_amx.h uses Qp and Pp as they are).
+// the B-operand layouts of AMX (tiled_amx.h uses Qp and Pp as they are). The instructions are
+// simd16_bf16.h's (emulated in the tests' avx2 builds of these tiers).
 #pragma once
 
-#if ATTNOPS_TIER_LEVEL < 3 || !defined(__AVX512BF16__)
-#error "tiled_bf16.h needs the avx512bf16 tier flags (-mavx512bf16)"
+#if ATTNOPS_TIER_LEVEL < 3
+#error "tiled_bf16.h is for the avx512bf16 and amx tiers"
 #endif
-
-#include <immintrin.h>
 
 #include <array>
 #include <cstdint>
 #include <cstring>
 
 #include "backends/cpu/micro_kernels.h"
+#include "backends/cpu/simd16_bf16.h"
 #include "backends/cpu/tiled_common.h"
 
 namespace attnops::cpu::ATTNOPS_TIER_NS::bf16 {
 
+using simd::BF32;
+using simd::V16;
 using tiled::i64;
-
-inline __m512bh broadcast_pair(const std::uint16_t* p) {
-  std::uint32_t u;
-  std::memcpy(&u, p, sizeof u);
-  return (__m512bh)_mm512_set1_epi32(static_cast<int>(u));
-}
-// The pair (p[0], 0): the last, odd element of a row (nothing past the row is read).
-inline __m512bh broadcast_half_pair(const std::uint16_t* p) {
-  return (__m512bh)_mm512_set1_epi32(static_cast<int>(std::uint32_t{p[0]}));
-}
 
 // Qp[(p * bqp + r) * 2 + i] = q[i0 + r][2p + i] for r < nr and 2p + i < D; 0 elsewhere
 // (lanes [nr, lanes), d in [D, Dp)). q is bf16: its bits are copied, no rounding.
@@ -49,67 +41,47 @@ inline void pack_q_pairs(const AttentionProblem& p, i64 b, i64 h, i64 i0, i64 nr
 
 // Vp[(t * Dv + e) * 2 + i] = v[(2t + i) * ldv + e] for 2t + i < nc, 0 for the row past an odd nc.
 inline void pack_v_pairs(const std::uint16_t* v, i64 ldv, i64 nc, i64 Dv, std::uint16_t* out) {
-  // permutex2var indices: output element 2j from a[j], 2j + 1 from b[j] (b's index + 32).
-  alignas(64) static constexpr std::uint16_t kLo[32] = {0,  32, 1,  33, 2,  34, 3,  35, 4,  36, 5,
-                                                        37, 6,  38, 7,  39, 8,  40, 9,  41, 10, 42,
-                                                        11, 43, 12, 44, 13, 45, 14, 46, 15, 47};
-  alignas(64) static constexpr std::uint16_t kHi[32] = {16, 48, 17, 49, 18, 50, 19, 51, 20, 52, 21,
-                                                        53, 22, 54, 23, 55, 24, 56, 25, 57, 26, 58,
-                                                        27, 59, 28, 60, 29, 61, 30, 62, 31, 63};
-  const __m512i lo_idx = _mm512_load_si512(kLo), hi_idx = _mm512_load_si512(kHi);
   for (i64 t = 0; 2 * t < nc; ++t) {
     const std::uint16_t* r0 = v + 2 * t * ldv;
     const std::uint16_t* r1 = 2 * t + 1 < nc ? r0 + ldv : nullptr;
     std::uint16_t* o = out + t * Dv * 2;
-    for (i64 e = 0; e < Dv; e += 32) {
-      const i64 w = std::min<i64>(32, Dv - e);
-      const __mmask32 in = w >= 32 ? ~__mmask32{0} : (__mmask32{1} << w) - 1;
-      const __m512i a = _mm512_maskz_loadu_epi16(in, r0 + e);
-      const __m512i c = r1 ? _mm512_maskz_loadu_epi16(in, r1 + e) : _mm512_setzero_si512();
-      const i64 wlo = std::min<i64>(w, 16), whi = w - wlo;  // columns in each half
-      const __mmask32 mlo = wlo >= 16 ? ~__mmask32{0} : (__mmask32{1} << (2 * wlo)) - 1;
-      const __mmask32 mhi = whi >= 16 ? ~__mmask32{0} : (__mmask32{1} << (2 * whi)) - 1;
-      _mm512_mask_storeu_epi16(o + e * 2, mlo, _mm512_permutex2var_epi16(a, lo_idx, c));
-      if (whi > 0) _mm512_mask_storeu_epi16(o + e * 2 + 32, mhi, _mm512_permutex2var_epi16(a, hi_idx, c));
-    }
+    for (i64 e = 0; e < Dv; e += 32)
+      simd::interleave_rows(r0 + e, r1 ? r1 + e : nullptr, static_cast<int>(std::min<i64>(32, Dv - e)),
+                            o + e * 2);
   }
 }
 
 // Pp row for one vector of 16 lanes: (p0[l], p1[l]) rounded to bf16 (RNE), interleaved.
-inline void store_pair(std::uint16_t* dst, simd::V16 p0, simd::V16 p1) {
-  alignas(64) static constexpr std::uint16_t kInterleave[32] = {0,  16, 1,  17, 2,  18, 3,  19, 4,  20, 5,
-                                                                21, 6,  22, 7,  23, 8,  24, 9,  25, 10, 26,
-                                                                11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-  const __m512i x = (__m512i)_mm512_cvtne2ps_pbh(p1.v, p0.v);  // lanes 0-15: p0, 16-31: p1
-  _mm512_storeu_si512(dst, _mm512_permutexvar_epi16(_mm512_load_si512(kInterleave), x));
+inline void store_pair(std::uint16_t* dst, V16 p0, V16 p1) {
+  simd::store_pairs(dst, p0, p1);
 }
 
 // st[r][l] = sum_d k[r][d] * q[l][d] for r < R keys (rows ldk apart), l < 16 * NC lanes; qp is
 // Qp at the chunk's first lane.
 template <int R, int NC>
 void qk_dot(const std::uint16_t* k, i64 ldk, const std::uint16_t* qp, i64 bqp, i64 D, float* st, i64 lds) {
-  __m512 acc[R][NC];
+  V16 acc[R][NC];
   for (int r = 0; r < R; ++r)
-    for (int n = 0; n < NC; ++n) acc[r][n] = _mm512_setzero_ps();
+    for (int n = 0; n < NC; ++n) acc[r][n] = simd::zero();
   const i64 pairs = D / 2;
   for (i64 p = 0; p < pairs; ++p) {
-    __m512bh q[NC];
-    for (int n = 0; n < NC; ++n) q[n] = (__m512bh)_mm512_loadu_si512(qp + (p * bqp + 16 * n) * 2);
+    BF32 q[NC];
+    for (int n = 0; n < NC; ++n) q[n] = simd::bf32_load(qp + (p * bqp + 16 * n) * 2);
     for (int r = 0; r < R; ++r) {
-      const __m512bh kb = broadcast_pair(k + r * ldk + 2 * p);
-      for (int n = 0; n < NC; ++n) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], kb, q[n]);
+      const BF32 kb = simd::bf32_pair(k + r * ldk + 2 * p);
+      for (int n = 0; n < NC; ++n) acc[r][n] = simd::dot_pairs(acc[r][n], kb, q[n]);
     }
   }
   if (D & 1) {  // the last pair holds one element (Qp's second half is 0 there)
-    __m512bh q[NC];
-    for (int n = 0; n < NC; ++n) q[n] = (__m512bh)_mm512_loadu_si512(qp + (pairs * bqp + 16 * n) * 2);
+    BF32 q[NC];
+    for (int n = 0; n < NC; ++n) q[n] = simd::bf32_load(qp + (pairs * bqp + 16 * n) * 2);
     for (int r = 0; r < R; ++r) {
-      const __m512bh kb = broadcast_half_pair(k + r * ldk + D - 1);
-      for (int n = 0; n < NC; ++n) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], kb, q[n]);
+      const BF32 kb = simd::bf32_half_pair(k + r * ldk + D - 1);
+      for (int n = 0; n < NC; ++n) acc[r][n] = simd::dot_pairs(acc[r][n], kb, q[n]);
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int n = 0; n < NC; ++n) _mm512_storeu_ps(st + r * lds + 16 * n, acc[r][n]);
+    for (int n = 0; n < NC; ++n) simd::store(st + r * lds + 16 * n, acc[r][n]);
 }
 
 // ot[e][l] = alpha[l] * ot[e][l] + sum_t (V[2t][e] P[2t][l] + V[2t+1][e] P[2t+1][l]) for e < R
@@ -118,22 +90,22 @@ void qk_dot(const std::uint16_t* k, i64 ldk, const std::uint16_t* qp, i64 bqp, i
 template <int R, int NC>
 void pv_dot(const std::uint16_t* vp, i64 Dv, const std::uint16_t* pp, i64 bqp, i64 npairs, const float* alpha,
             float* ot, i64 ldo) {
-  __m512 acc[R][NC];
+  V16 acc[R][NC];
   for (int n = 0; n < NC; ++n) {
-    const __m512 a = _mm512_loadu_ps(alpha + 16 * n);
-    for (int r = 0; r < R; ++r) acc[r][n] = _mm512_mul_ps(_mm512_loadu_ps(ot + r * ldo + 16 * n), a);
+    const V16 a = simd::load(alpha + 16 * n);
+    for (int r = 0; r < R; ++r) acc[r][n] = simd::mul(simd::load(ot + r * ldo + 16 * n), a);
   }
   for (i64 t = 0; t < npairs; ++t) {
-    __m512bh pr[NC];
-    for (int n = 0; n < NC; ++n) pr[n] = (__m512bh)_mm512_loadu_si512(pp + (t * bqp + 16 * n) * 2);
+    BF32 pr[NC];
+    for (int n = 0; n < NC; ++n) pr[n] = simd::bf32_load(pp + (t * bqp + 16 * n) * 2);
     const std::uint16_t* vt = vp + t * Dv * 2;
     for (int r = 0; r < R; ++r) {
-      const __m512bh vb = broadcast_pair(vt + 2 * r);
-      for (int n = 0; n < NC; ++n) acc[r][n] = _mm512_dpbf16_ps(acc[r][n], vb, pr[n]);
+      const BF32 vb = simd::bf32_pair(vt + 2 * r);
+      for (int n = 0; n < NC; ++n) acc[r][n] = simd::dot_pairs(acc[r][n], vb, pr[n]);
     }
   }
   for (int r = 0; r < R; ++r)
-    for (int n = 0; n < NC; ++n) _mm512_storeu_ps(ot + r * ldo + 16 * n, acc[r][n]);
+    for (int n = 0; n < NC; ++n) simd::store(ot + r * ldo + 16 * n, acc[r][n]);
 }
 
 using QkFn = void (*)(const std::uint16_t*, i64, const std::uint16_t*, i64, i64, float*, i64);

@@ -45,6 +45,15 @@ struct PackedKv {
   i64 k_rows = 0, ldvt = 0, dv16 = 0;
 };
 
+// Keys of one softmax step on the AMX path: consecutive full kv blocks of a q block's row are
+// taken together up to this many keys (PyTorch's CPU flash attention uses 512 as well), so that
+// O^T goes through the C tiles (a load and a store) and its rescale once per 512 keys instead of
+// once per block; its S^T and P^T then live in L2. Other paths step one block at a time.
+inline constexpr i64 kAmxSpanKeys = 512;
+inline constexpr i64 span_keys(Path p, i64 bk) {
+  return p == Path::amx && bk < kAmxSpanKeys ? kAmxSpanKeys / bk * bk : bk;
+}
+
 struct Ctx {
   const AttentionProblem& p;
   const BlockMap& map;
@@ -52,6 +61,7 @@ struct Ctx {
   i64 bq, bk, bqp;  // block sizes; bqp = bq rounded up to 16 (lanes of a q block)
   i64 Dp;           // padded_d(path, D)
   i64 ot_rows;      // rows of O^T: Dv, or Dv rounded to 16 (AMX C tiles)
+  i64 span;         // most keys of one softmax step: span_keys(path, bk)
   PackedKv packed;
 };
 
@@ -73,6 +83,13 @@ inline bool transposes_v(const AttentionProblem& p) {
   return kVTransposed && p.dtype == DType::f32 && p.v.stride(1) * 4 >= kVTransposeMinStrideBytes;
 }
 
+// AVX2: the f32 Q K^T product reads K tiles copied into contiguous rows (kpack_f) where K's rows
+// lie 4 KiB or more apart in place. From rows 8 KiB apart (H16 D128) the 6-row micro-tile read 6
+// streams that share L1 sets and that no prefetcher followed: perf, 1 thread, Zen 3, B1 H16 T2048
+// D128 f32: the product took 1.5x the O^T update's time (same FLOPs), with the copy 1.0x (the
+// copy 6.7% of the time, the kernel +5% by CPU time on a loaded machine).
+inline constexpr bool kCopyK = ATTNOPS_TIER_LEVEL == 1;
+
 // Q rows converted per step of the Q^T block's transposition (tiled_cpu.cpp).
 inline constexpr i64 kQRows = 16;
 
@@ -84,13 +101,13 @@ struct Scratch {
   Scratch(const Ctx& x, Path path) {
     const AttentionProblem& p = x.p;
     const bool convert = path == Path::f32 && p.dtype != DType::f32;
-    const i64 bk_rows = round_up(x.bk, 16) + 16;  // S^T rows: AMX writes whole 16-key tiles
+    const i64 st_rows = round_up(x.span, 16) + 16;  // S^T rows: AMX writes whole 16-key tiles
     qt = aligned_array<float>(path == Path::f32 ? p.D * x.bqp : 0);
     qp = aligned_array<std::uint16_t>(path == Path::f32 ? 0 : x.Dp * x.bqp);
-    st = aligned_array<float>(bk_rows * x.bqp);
-    pp = aligned_array<std::uint16_t>(path == Path::f32 ? 0 : (round_up(x.bk, 32) + 32) * x.bqp);
+    st = aligned_array<float>(st_rows * x.bqp);
+    pp = aligned_array<std::uint16_t>(path == Path::f32 ? 0 : (round_up(x.span, 32) + 32) * x.bqp);
     ot = aligned_array<float>(x.ot_rows * x.bqp);
-    kpack_f = aligned_array<float>(convert ? x.bk * p.D : 0);
+    kpack_f = aligned_array<float>(convert || (path == Path::f32 && kCopyK) ? x.bk * p.D : 0);
     vpack_f = aligned_array<float>(convert ? x.bk * p.Dv : 0);
     vt_f = aligned_array<float>(path == Path::f32 && transposes_v(p) ? p.Dv * x.bk : 0);
     vpack_h = aligned_array<std::uint16_t>(path == Path::bf16_dot ? round_up(x.bk, 2) * p.Dv : 0);

@@ -26,9 +26,11 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <new>
+#include <span>
 #include <vector>
 
 #include "backends/common/block_map_impl.h"
@@ -77,7 +79,14 @@ tiled::TileOperands tile_operands(const tiled::Ctx& x, tiled::Scratch& s, i64 b,
   t.j0 = j0;
   t.nc = nc;
   if constexpr (P == Path::f32) {
-    if (p.dtype == DType::f32) {
+    if (p.dtype == DType::f32 && tiled::kCopyK && p.k.stride(1) * 4 >= tiled::kVTransposeMinStrideBytes) {
+      for (i64 c = 0; c < nc; ++c)
+        std::memcpy(s.kpack_f.get() + c * p.D, at(p.k, b, j0 + c, kh), static_cast<std::size_t>(p.D) * 4);
+      t.kf = s.kpack_f.get();
+      t.ldk = p.D;
+      t.vf = reinterpret_cast<const float*>(at(p.v, b, j0, kh));
+      t.ldv = p.v.stride(1);
+    } else if (p.dtype == DType::f32) {
       t.kf = reinterpret_cast<const float*>(at(p.k, b, j0, kh));
       t.vf = reinterpret_cast<const float*>(at(p.v, b, j0, kh));
       t.ldk = p.k.stride(1);
@@ -180,16 +189,47 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
   const bool cap = p.soft_cap.has_value();
   const float capf = cap ? static_cast<float>(*p.soft_cap) : 1.f;
   const V16 capv = simd::set1(capf), inv_capv = simd::set1(1.f / capf);
-  const V16 score_scale = simd::set1(P == Path::f32 ? 1.f : static_cast<float>(p.scale));
+  const float scale = static_cast<float>(p.scale);
+  const V16 score_scale = simd::set1(P == Path::f32 ? 1.f : scale);
+  // The bf16 paths apply the scale inside the exponent's argument (exp(scale * s - m) =
+  // 2^(s * scale * log2 e - m * log2 e), one FMA), so a tile with nothing to rewrite (no cap,
+  // bias, mask or segments) keeps its raw scores in S^T: softmax pass 1 only finds their max
+  // (max(s) * scale = max(s * scale) for scale > 0; otherwise the scores are scaled as stored).
+  [[maybe_unused]] const bool raw_ok = P != Path::f32 && scale > 0.f;
+  [[maybe_unused]] constexpr float kLog2e = 1.44269504088896341f;
 
-  for (const BlockMap::Block& blk : map.row(h, qb)) {
-    const i64 j0 = static_cast<i64>(blk.kv) * bk, nc = std::min(bk, Tk - j0);
+  const std::span<const BlockMap::Block> blocks = map.row(h, qb);
+  for (std::size_t bi = 0; bi < blocks.size();) {
+    const BlockMap::Block& blk = blocks[bi];
+    // Blocks of this step: consecutive full ones on the AMX path, up to x.span keys
+    // (tiled_common.h, span_keys); one elsewhere.
+    i64 nb = 1;
+    if (P == Path::amx && blk.is_full() && !seg)
+      while (bi + static_cast<std::size_t>(nb) < blocks.size() && (nb + 1) * bk <= x.span) {
+        const BlockMap::Block& next = blocks[bi + static_cast<std::size_t>(nb)];
+        if (!next.is_full() || next.kv != blk.kv + nb) break;
+        ++nb;
+      }
+    bi += static_cast<std::size_t>(nb);
+    const i64 j0 = static_cast<i64>(blk.kv) * bk, nc = std::min(nb * bk, Tk - j0);
     if (seg) {
       std::int32_t lo = segkv[j0], hi = segkv[j0];
       for (i64 c = 1; c < nc; ++c) lo = std::min(lo, segkv[j0 + c]), hi = std::max(hi, segkv[j0 + c]);
       if (hi < qseg_lo || lo > qseg_hi) continue;
     }
     // The tile's K and V operands in the path's layout.
+    // The next step's K and V rows are asked for into L2 while this one is computed: a task reads
+    // its kv head's whole K and V (1 MiB at Tk 2048 D128 f32), rows 8 KiB apart (H16) that the
+    // hardware prefetchers do not follow, so without this every tile's first touch of a row
+    // waited on L3 or DRAM. The AMX path reads K/V packed once per call, contiguously.
+    if (P != Path::amx && bi < blocks.size()) {
+      const i64 jn = static_cast<i64>(blocks[bi].kv) * bk, nn = std::min(bk, Tk - jn);
+      const i64 es = static_cast<i64>(dtype_size(p.dtype));
+      for (i64 c = 0; c < nn; ++c) {
+        vanilla::prefetch_bytes_l2(at(p.k, b, jn + c, kh), p.D * es);
+        vanilla::prefetch_bytes_l2(at(p.v, b, jn + c, kh), p.Dv * es);
+      }
+    }
     const tiled::TileOperands t = tile_operands<P>(x, s, b, kh, j0, nc);
 
     // One chunk of up to 64 query rows (kMaxNC vectors) at a time: S^T = K Q^T, online softmax,
@@ -197,8 +237,9 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
     // sees is visited (a causal diagonal tile costs about 3/4 of a full one), and micro-tiles
     // in it whose bits are all 0 are not computed (the mask overwrites them with -inf unread).
     const bool partial = !blk.is_full();
-    // Softmax pass 1 must store its result (the bf16 paths also scale the scores there).
-    const bool rewrite = cap || p.bias || partial || seg || P != Path::f32;
+    // Softmax pass 1 must store its result (the bf16 paths scale the scores there unless raw_ok).
+    const bool rewrite = cap || p.bias || partial || seg || (P != Path::f32 && !raw_ok);
+    [[maybe_unused]] const bool raw = P != Path::f32 && !rewrite;  // S^T holds unscaled scores
     for (i64 n0 = 0; n0 < nvec; n0 += micro::kMaxNC) {
       const int NC = static_cast<int>(std::min<i64>(micro::kMaxNC, nvec - n0));
       i64 c_lo = 0, c_hi = nc;
@@ -244,6 +285,8 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
       // Scores -> probabilities, one vector of 16 query rows at a time, online.
       [[maybe_unused]] const i64 c_a = c_lo / kAlign * kAlign,
                                  c_b = std::min(round_up(c_hi, kAlign), round_up(nc, kAlign));
+      // Whether some lane's max changed: O^T needs alpha (else every alpha is exactly 1).
+      [[maybe_unused]] bool rescale = false;
       for (i64 n = n0; n < n0 + NC; ++n) {
         const i64 l0 = n * 16;
         const Mask16 valid = static_cast<Mask16>(nr - l0 >= 16 ? 0xffffu : (1u << (nr - l0)) - 1u);
@@ -266,7 +309,7 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
           mx = simd::max(mx, xs);
         }
         const V16 m_old = simd::load(m + l0);
-        const V16 m_new = simd::max(m_old, mx);
+        const V16 m_new = simd::max(m_old, raw ? simd::mul(mx, score_scale) : mx);
         // Rows with nothing visible yet keep max -inf; subtract 0 instead so no -inf - -inf.
         const V16 shift = simd::select(simd::eq(m_new, simd::set1(kNegInf)), simd::zero(), m_new);
         const V16 a = simd::exp(simd::sub(m_old, shift));
@@ -281,13 +324,16 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
         } else {
 #if ATTNOPS_TIER_LEVEL >= 3
           // P^T as bf16 pairs (keys 2t, 2t+1) over [c_a, c_b), 0 outside [c_lo, c_hi); the sum
-          // adds the unrounded fp32 values.
+          // adds the unrounded fp32 values. p = 2^(s * k - shift * log2 e), k = scale * log2 e for
+          // raw scores, log2 e for scaled ones (simd16_bf16.h, exp2_p).
           std::uint16_t* pp = s.pp.get();
+          const V16 k = simd::set1(raw ? scale * kLog2e : kLog2e),
+                    off = simd::mul(shift, simd::set1(-kLog2e));
           for (i64 c = c_a; c < c_b; c += 2) {
             V16 p0 = simd::zero(), p1 = simd::zero();
-            if (c >= c_lo && c < c_hi) p0 = simd::exp(simd::sub(simd::load(st + c * bqp + l0), shift));
+            if (c >= c_lo && c < c_hi) p0 = simd::exp2_p(simd::fma(simd::load(st + c * bqp + l0), k, off));
             if (c + 1 >= c_lo && c + 1 < c_hi)
-              p1 = simd::exp(simd::sub(simd::load(st + (c + 1) * bqp + l0), shift));
+              p1 = simd::exp2_p(simd::fma(simd::load(st + (c + 1) * bqp + l0), k, off));
             sum = simd::add(sum, simd::add(p0, p1));
             bf16::store_pair(pp + ((c - c_a) / 2 * bqp + l0) * 2, p0, p1);
           }
@@ -296,6 +342,7 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
         simd::store(m + l0, m_new);
         simd::store(l + l0, simd::add(simd::mul(simd::load(l + l0), a), sum));
         simd::store(alpha + l0, a);
+        rescale = rescale || simd::eq(a, simd::set1(1.f)) != 0xffff;
       }
 
       // O^T = alpha * O^T + V^T P^T over the chunk's keys.
@@ -324,7 +371,7 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
 #endif
       } else {
 #if ATTNOPS_TIER_LEVEL >= 4
-        amx::pv(t, s.pp.get(), bqp, x.ot_rows, n0, NC, c_a, c_b, alpha, ot);
+        amx::pv(t, s.pp.get(), bqp, x.ot_rows, n0, NC, c_a, c_b, rescale ? alpha : nullptr, ot);
 #endif
       }
     }
@@ -373,6 +420,7 @@ void run_all(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& b
                round_up(map.bq, 16),
                tiled::padded_d(P, p.D),
                P == Path::amx ? round_up(p.Dv, 16) : p.Dv,
+               tiled::span_keys(P, map.bk),
                {}};
   std::vector<Task> tasks;
   tasks.reserve(static_cast<std::size_t>(p.B * p.Hq * map.nq));

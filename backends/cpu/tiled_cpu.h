@@ -11,8 +11,9 @@
 namespace attnops::cpu {
 
 void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers);
-// With a given tier instead of the chosen one (tests). Error backend_unavailable when the CPU
-// does not run `tier` or this build lacks it.
-void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers, Isa tier);
+// With a given tier instead of the chosen one (tests: a tier of this build, or an emulated
+// build's table). Error backend_unavailable when the CPU does not run `tier` or this build lacks it.
+void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBuffers& buffers,
+                     ForcedTier tier);
 
 }  // namespace attnops::cpu

@@ -1,6 +1,7 @@
 // Per-tier header: fp32 tile transposition for the tiled forward (tiled_cpu.cpp): its Q^T block
 // (every tier) and, on AVX2, its V^T tiles (tiled_common.h, transposes_v).
 //   transpose_rows(src, lds, rows, cols, dst, ldd): dst[c * ldd + r] = src[r * lds + c]
+//   transpose_words: the same for 32-bit words
 // in 8 x 8 blocks of AVX2 shuffles on every tier that has AVX2 (the AVX-512 tiers too), scalar
 // on the baseline and at the edges. A copy: no rounding, every tier gives the same bits.
 #pragma once
@@ -11,13 +12,15 @@
 
 #include <cstdint>
 
-#if ATTNOPS_TIER_LEVEL >= 1
+#include "backends/cpu/simd16.h"  // ATTNOPS_SIMD_LEVEL
+
+#if ATTNOPS_SIMD_LEVEL >= 1
 #include <immintrin.h>
 #endif
 
 namespace attnops::cpu::ATTNOPS_TIER_NS::transpose {
 
-#if ATTNOPS_TIER_LEVEL >= 1
+#if ATTNOPS_SIMD_LEVEL >= 1
 // dst[c * ldd + r] = src[r * lds + c] for r, c < 8.
 inline void block8x8(const float* src, std::int64_t lds, float* dst, std::int64_t ldd) {
   __m256 r[8], t[8];
@@ -42,11 +45,31 @@ inline void block8x8(const float* src, std::int64_t lds, float* dst, std::int64_
 inline void transpose_rows(const float* src, std::int64_t lds, std::int64_t rows, std::int64_t cols,
                            float* dst, std::int64_t ldd) {
   std::int64_t r8 = 0;
-#if ATTNOPS_TIER_LEVEL >= 1
+#if ATTNOPS_SIMD_LEVEL >= 1
   r8 = rows / 8 * 8;
   const std::int64_t c8 = cols / 8 * 8;
   for (std::int64_t r = 0; r < r8; r += 8) {
     for (std::int64_t c = 0; c < c8; c += 8) block8x8(src + r * lds + c, lds, dst + c * ldd + r, ldd);
+    for (std::int64_t c = c8; c < cols; ++c)
+      for (std::int64_t i = r; i < r + 8; ++i) dst[c * ldd + i] = src[i * lds + c];
+  }
+#endif
+  for (std::int64_t r = r8; r < rows; ++r)
+    for (std::int64_t c = 0; c < cols; ++c) dst[c * ldd + r] = src[r * lds + c];
+}
+
+// The same for 32-bit words (pairs of bf16): the AMX operands' packing (tiled_backward_amx.h).
+// The 8 x 8 blocks move bits only (unpack / shuffle / permute), so any pattern survives.
+inline void transpose_words(const std::uint32_t* src, std::int64_t lds, std::int64_t rows, std::int64_t cols,
+                            std::uint32_t* dst, std::int64_t ldd) {
+  std::int64_t r8 = 0;
+#if ATTNOPS_SIMD_LEVEL >= 1
+  r8 = rows / 8 * 8;
+  const std::int64_t c8 = cols / 8 * 8;
+  for (std::int64_t r = 0; r < r8; r += 8) {
+    for (std::int64_t c = 0; c < c8; c += 8)
+      block8x8(reinterpret_cast<const float*>(src + r * lds + c), lds,
+               reinterpret_cast<float*>(dst + c * ldd + r), ldd);
     for (std::int64_t c = c8; c < cols; ++c)
       for (std::int64_t i = r; i < r + 8; ++i) dst[c * ldd + i] = src[i * lds + c];
   }

@@ -14,9 +14,9 @@
 namespace attnops::cpu {
 
 void vanilla_attention(const AttentionProblem& p, AttentionBuffers& buffers);
-// With a given tier instead of the chosen one (tests). Error backend_unavailable when the CPU
-// does not run `tier` or this build lacks it.
-void vanilla_attention(const AttentionProblem& p, AttentionBuffers& buffers, Isa tier);
+// With a given tier instead of the chosen one (tests: a tier of this build, or an emulated
+// build's table). Error backend_unavailable when the CPU does not run `tier` or this build lacks it.
+void vanilla_attention(const AttentionProblem& p, AttentionBuffers& buffers, ForcedTier tier);
 
 // How the materialised-scores path (Tq > kDecodeMaxQ, or weights asked for) divides a call into
 // tasks for `threads` threads, and the scratch each thread holds (vanilla_plan.cpp). A task is
@@ -45,6 +45,7 @@ VanillaPlan vanilla_plan(const AttentionProblem& p, int threads,
 
 // The materialised-scores path with a given plan and tier (tests: a small cap forces the
 // row-major layout and GQA-group splits on small shapes). Validation as vanilla_attention.
-void vanilla_general(const AttentionProblem& p, AttentionBuffers& buffers, Isa tier, const VanillaPlan& plan);
+void vanilla_general(const AttentionProblem& p, AttentionBuffers& buffers, ForcedTier tier,
+                     const VanillaPlan& plan);
 
 }  // namespace attnops::cpu

@@ -15,17 +15,21 @@
 //      accumulators of a 64-column slice held in registers)
 // Row r of kv head hk is q head hk * G + r / Tq, query r % Tq (all G q heads of the group share
 // every K and V read). Partial (m, l, acc) of each split are merged afterwards in split order.
+// bf16 K/V are widened as pairs (decode_pairs.h): the queries and accumulators of a bf16 call
+// are in pair-split order until the merge stores a row.
 //
 // Scratch is carved from one per-thread buffer reused across calls (call_scratch.h); no
 // std::vector<float> in a tier object (see aligned.h).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <new>
 
 #include "backends/common/call_scratch.h"
 #include "backends/common/softmax_policy.h"
 #include "backends/common/work_pool.h"
+#include "backends/cpu/decode_pairs.h"
 #include "backends/cpu/tier_entry.h"
 #include "backends/cpu/vanilla_rows.h"
 #include "backends/cpu/vanilla_simd.h"
@@ -34,6 +38,12 @@ namespace attnops::cpu::ATTNOPS_TIER_NS {
 namespace {
 
 using vanilla::i64;
+
+// bf16 q.k on VDPBF16PS (decode_pairs.h) from the avx512bf16 tier up; below, pairs of fp32 FMAs.
+constexpr bool kDotBf16 = ATTNOPS_TIER_LEVEL >= 3;
+constexpr i64 round_up32(i64 x) {
+  return (x + 31) / 32 * 32;
+}
 
 // Positions per block: scores of a block are turned into probabilities together (one max, one
 // rescale of acc per block and row), while K and V of the block (32 x Hkv x D: 256 KiB each at
@@ -57,7 +67,9 @@ struct DecodeJob {
 
 // Per-thread scratch, sized once per call.
 struct DecodeScratch {
-  float* Qs = nullptr;                         // [Hkv][R][D], pre-scaled fp32 queries
+  float* Qs = nullptr;                         // [Hkv][R][D], pre-scaled fp32 queries (bf16: split)
+  float* row = nullptr;                        // [D] one query row before it is split
+  std::uint16_t* Qh = nullptr;                 // [Hkv][R][Dp32] bf16 queries (VDPBF16PS tiers)
   float* S = nullptr;                          // [Hkv][R][kBlock] logits, then probabilities
   vanilla::RowMask* rm = nullptr;              // [Hkv][R]
   i64 *head_lo = nullptr, *head_hi = nullptr;  // [Hkv] union of the visible ranges of a head's rows
@@ -76,6 +88,24 @@ struct Carve {
     return p;
   }
 };
+
+// Scores one key (dtype DT) against the R query rows of kv head hk, in the layout DT's queries
+// are kept in (bf16: the bits of q for VDPBF16PS, or split fp32 rows; else fp32 rows), into
+// s[r * kBlock].
+template <DType DT, i64 kD>
+void score_key(const DecodeScratch& w, i64 hk, i64 R, i64 D, float scale, const char* k, float* s) {
+#if ATTNOPS_TIER_LEVEL >= 3
+  if constexpr (DT == DType::bf16) {
+    const i64 ld = round_up32(D);
+    return vanilla::pairs::dot_key_bf16<kD>(w.Qh + hk * R * ld, ld, R, k, D, scale, s, kBlock);
+  }
+#endif
+  (void)scale;
+  if constexpr (DT == DType::bf16)
+    vanilla::pairs::dot_key<kD>(w.Qs + hk * R * D, D, R, k, D, s, kBlock);
+  else
+    vanilla::dot_key<DT, kD>(w.Qs + hk * R * D, D, R, k, D, s, kBlock);
+}
 
 template <DType DT, i64 kD>
 void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
@@ -108,9 +138,24 @@ void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
   if (s1 <= s0) return;
 
   const float scale = static_cast<float>(p.scale);
-  for (i64 hq = 0; hq < p.Hq; ++hq)  // row r of head hk sits at (hk * R + r) * D, r = g * Tq + i
-    vanilla::load_rows_f32(row_ptr(p.q, b, 0, hq), p.dtype, p.q.stride(1), Tq, D, w.Qs + hq * Tq * D, D,
-                           scale);
+  [[maybe_unused]] const i64 Dp32 = round_up32(D);
+  for (i64 hq = 0; hq < p.Hq; ++hq) {  // row r of head hk sits at (hk * R + r) * D, r = g * Tq + i
+    if constexpr (DT == DType::bf16 && kDotBf16) {
+      for (i64 i = 0; i < Tq; ++i) {  // the bits of q, zero past D
+        std::uint16_t* dst = w.Qh + (hq * Tq + i) * Dp32;
+        std::memcpy(dst, row_ptr(p.q, b, i, hq), static_cast<std::size_t>(D) * 2);
+        std::fill(dst + D, dst + Dp32, std::uint16_t{0});
+      }
+    } else if constexpr (DT == DType::bf16) {
+      for (i64 i = 0; i < Tq; ++i) {
+        vanilla::load_rows_f32(row_ptr(p.q, b, i, hq), p.dtype, p.q.stride(1), 1, D, w.row, D, scale);
+        vanilla::pairs::split_row(w.row, D, w.Qs + (hq * Tq + i) * D);
+      }
+    } else {
+      vanilla::load_rows_f32(row_ptr(p.q, b, 0, hq), p.dtype, p.q.stride(1), Tq, D, w.Qs + hq * Tq * D, D,
+                             scale);
+    }
+  }
   float* acc = job.part_acc + t * Hkv * R * Dv;
   vanilla::OnlineRow* st = job.part_state + t * Hkv * R;
   const i64 es = static_cast<i64>(dtype_size(DT));
@@ -125,8 +170,7 @@ void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
     for (i64 jj = 0; jj < n; ++jj, krow += ldk, vrow += ldv) {
       for (i64 hk = 0; hk < Hkv; ++hk) {
         if (!w.head_active[hk]) continue;
-        vanilla::dot_key<DT, kD>(w.Qs + hk * R * D, D, R, krow + hk * p.k.stride(2) * es, D,
-                                 w.S + hk * R * kBlock + jj, kBlock);
+        score_key<DT, kD>(w, hk, R, D, scale, krow + hk * p.k.stride(2) * es, w.S + hk * R * kBlock + jj);
         // This block's V rows, in address order, while the keys are scored: step 3 below then
         // reads them head by head from cache.
         vanilla::prefetch_bytes(vrow + hk * p.v.stride(2) * es, Dv * es);
@@ -145,12 +189,20 @@ void run_task(DecodeJob& job, DecodeScratch& w, i64 t) {
     const char* v0 = row_ptr(p.v, b, j0, 0);
     for (i64 hk = 0; hk < Hkv; ++hk) {
       if (!w.head_active[hk]) continue;
-      if (p.guard_nonfinite_v)  // a weight-0 key's NaN / inf value must not reach the row
-        vanilla::pv_block<DT, true>(w.S + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2) * es,
-                                    p.v.stride(1), n, Dv, acc + hk * R * Dv, Dv);
-      else
-        vanilla::pv_block<DT>(w.S + hk * R * kBlock, kBlock, R, v0 + hk * p.v.stride(2) * es, p.v.stride(1),
-                              n, Dv, acc + hk * R * Dv, Dv);
+      const float* P = w.S + hk * R * kBlock;
+      const char* V = v0 + hk * p.v.stride(2) * es;
+      float* a = acc + hk * R * Dv;
+      if constexpr (DT == DType::bf16) {
+        if (p.guard_nonfinite_v)  // a weight-0 key's NaN / inf value must not reach the row
+          vanilla::pairs::pv_block<true>(P, kBlock, R, V, p.v.stride(1), n, Dv, a, Dv);
+        else
+          vanilla::pairs::pv_block(P, kBlock, R, V, p.v.stride(1), n, Dv, a, Dv);
+      } else {
+        if (p.guard_nonfinite_v)
+          vanilla::pv_block<DT, true>(P, kBlock, R, V, p.v.stride(1), n, Dv, a, Dv);
+        else
+          vanilla::pv_block<DT>(P, kBlock, R, V, p.v.stride(1), n, Dv, a, Dv);
+      }
     }
   }
 }
@@ -171,7 +223,8 @@ void run_for_head_dim(DecodeJob& job, DecodeScratch& w, i64 t) {
 }
 
 // Merges the splits of row r of (b, hk) in split order (fixed, so the result is deterministic
-// for a given thread count), adds the sink to the normaliser, normalises and stores.
+// for a given thread count), adds the sink to the normaliser, normalises and stores. o: 2 * Dv
+// floats (bf16: the accumulators' pair-split order is undone into the second half).
 void merge_row(const DecodeJob& job, AttentionBuffers& buffers, i64 b, i64 hk, i64 r, float* o) {
   const AttentionProblem& p = job.p;
   const i64 Hkv = p.Hkv, R = job.R, Dv = p.Dv, Tq = p.Tq;
@@ -198,6 +251,10 @@ void merge_row(const DecodeJob& job, AttentionBuffers& buffers, i64 b, i64 hk, i
     row_lse = policy::row_lse(M, L);
   }
   const i64 es = static_cast<i64>(dtype_size(p.dtype));
+  if (p.dtype == DType::bf16) {
+    vanilla::pairs::unsplit_row(o, Dv, o + Dv);
+    o += Dv;
+  }
   vanilla::store_row(o, Dv, p.dtype,
                      static_cast<char*>(buffers.out.data()) + (((b * Tq + i) * p.Hq + hq) * Dv) * es);
   if (buffers.lse) buffers.lse->data_as<float>()[(b * p.Hq + hq) * Tq + i] = row_lse;
@@ -225,6 +282,8 @@ const char* vanilla_decode_forward(const AttentionProblem& p, AttentionBuffers& 
     for (int t = 0; t < threads; ++t) {
       DecodeScratch w;
       w.Qs = c.take<float>(p.Hq * p.Tq * p.D);
+      w.row = c.take<float>(p.D);
+      w.Qh = c.take<std::uint16_t>(kDotBf16 && p.dtype == DType::bf16 ? p.Hq * p.Tq * round_up32(p.D) : 0);
       w.S = c.take<float>(p.Hkv * job.R * kBlock);
       w.rm = c.take<vanilla::RowMask>(p.Hkv * job.R);
       w.head_lo = c.take<i64>(p.Hkv);
@@ -232,7 +291,7 @@ const char* vanilla_decode_forward(const AttentionProblem& p, AttentionBuffers& 
       w.head_active = c.take<char>(p.Hkv);
       if (scratch) new (&scratch[t]) DecodeScratch(w);  // trivially copyable: the storage is raw
     }
-    merged = c.take<float>(threads * p.Dv);
+    merged = c.take<float>(threads * 2 * p.Dv);
     remaining = c.take<i64>(p.B);
   };
   Carve count;
@@ -273,7 +332,7 @@ const char* vanilla_decode_forward(const AttentionProblem& p, AttentionBuffers& 
         const i64 b = t / x.job.nsplit;
         // acq_rel: the last one sees every other split's partials of batch b.
         if (__atomic_sub_fetch(&x.remaining[b], 1, __ATOMIC_ACQ_REL) != 0) return;
-        float* o = x.merged + slot * q.Dv;
+        float* o = x.merged + slot * 2 * q.Dv;
         for (i64 hk = 0; hk < q.Hkv; ++hk)
           for (i64 r = 0; r < x.job.R; ++r) merge_row(x.job, x.buffers, b, hk, r, o);
       },

@@ -93,15 +93,20 @@ inline void prefetch_bytes(const void* p, i64 bytes) {
   const char* c = static_cast<const char*>(p);
   for (i64 o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 3);
 }
+// The same into L2 only (the tiled forward's next kv tile: more than L1 holds).
+inline void prefetch_bytes_l2(const void* p, i64 bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (i64 o = 0; o < bytes; o += 64) __builtin_prefetch(c + o, 0, 2);
+}
 inline constexpr i64 kPrefetchAheadBytes = 4096;  // K: about two rows ahead at Hkv * D * 4 = 2 KiB
 
 // Register blocking of the decode primitives per tier (a V16 is 1 zmm, 2 ymm or 4 xmm; 32, 16
 // and 16 registers): rows per tile, accumulators per row in dot_tile (alternating 16-element
 // chunks to hide FMA latency), and V16 column slices per row in pv_tile. Beyond these the
 // accumulators would spill to the stack.
-#if ATTNOPS_TIER_LEVEL >= 2
+#if ATTNOPS_SIMD_LEVEL >= 2
 inline constexpr int kDecodeRows = 4, kDotAcc = 2, kPvVecs = 4;
-#elif ATTNOPS_TIER_LEVEL == 1
+#elif ATTNOPS_SIMD_LEVEL == 1
 inline constexpr int kDecodeRows = 4, kDotAcc = 1, kPvVecs = 1;
 #else
 inline constexpr int kDecodeRows = 2, kDotAcc = 1, kPvVecs = 1;

@@ -305,11 +305,15 @@ TEST(CliBench, SmallSweepWritesTableCsvJsonAndPlot) {
   EXPECT_THAT(r.err, ::testing::Not(HasSubstr("\r")));  // no progress bar: stderr is a file
 
   const std::string csv = testing::read_file(dir.file("b.csv"));
-  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 1 + 2 * 2 * 2 * 2);  // header, sgemm, rows
+  // header, the ceilings (Eigen SGEMM, oneDNN f32 and bf16: an error text where libdnnl is missing), rows
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 1 + 3 + 2 * 2 * 2 * 2);
 
   const auto doc = nlohmann::json::parse(testing::read_file(dir.file("b.json")));
   ASSERT_EQ(doc["rows"].size(), 16u);
   EXPECT_FALSE(doc["sgemm"]["isa"].get<std::string>().empty()) << doc["sgemm"].dump();
+  ASSERT_EQ(doc["gemms"].size(), 2u) << doc.dump();  // oneDNN f32 and bf16, measured or why not
+  for (const auto& g : doc["gemms"])
+    EXPECT_EQ(g["gflops"].is_number(), g["error"].get<std::string>().empty()) << g.dump();
   const std::string tier = registry().host().cpu().cpu_tier;  // the rows name the cpu tier that ran
   for (const auto& row : doc["rows"]) {
     EXPECT_EQ(row["error"], "") << row.dump();
@@ -317,6 +321,7 @@ TEST(CliBench, SmallSweepWritesTableCsvJsonAndPlot) {
       EXPECT_EQ(row["kernel"], tier) << row.dump();
     }
     EXPECT_GT(row["gflops"].get<double>(), 0) << row.dump();
+    EXPECT_GT(row["vs_gemm"].get<double>(), 0) << row.dump();  // every row has a ceiling (Eigen's at least)
     EXPECT_LT(row["max_err"].get<double>(), 1e-4) << row.dump();
     if (row["backend_requested"] == "native") {
       EXPECT_EQ(row["backend"], "native");

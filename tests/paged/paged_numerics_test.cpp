@@ -72,7 +72,7 @@ PagedCaseSpec random_spec(std::uint64_t seed) {
 }
 
 // The cpu paged kernel on one tier, through the lower-level entry point.
-AttentionOutput run_cpu_tier(const PagedCase& c, cpu::Isa tier, int threads = 0) {
+AttentionOutput run_cpu_tier(const PagedCase& c, const cpu::ForcedTier& tier, int threads = 0) {
   OperationMetadata md;
   md.num_threads = threads;
   const PagedPlan plan = plan_paged(c.batch, c.cache.spec(), c.N, c.spec.Hq, c.options);
@@ -117,7 +117,7 @@ TEST_P(RandomBatch, NativeIsTheDenseOracleAndCpuTiersAreWithinTolerance) {
     EXPECT_TRUE(rows_match(c, s, native, dense.back(), 0, 0));
   }
   const Tolerance tol = tolerance_for(spec.dtype);
-  for (cpu::Isa tier : cpu_tiers_to_test()) {
+  for (const cpu::ForcedTier& tier : cpu_kernel_tiers_to_test()) {
     SCOPED_TRACE(tier_label(tier));
     const AttentionOutput cpu = run_cpu_tier(c, tier);
     EXPECT_TRUE(cpu.decision.run.batch_invariant);
@@ -147,6 +147,30 @@ TEST(PagedNumerics, LongDecodeSplitsAndPrefillPastAPage) {
     const Tolerance tol = tolerance_for(dt);
     for (std::size_t x = 0; x < s.q_lens.size(); ++x)
       EXPECT_TRUE(rows_match(c, x, cpu, dense_oracle(c, x), tol.out, tol.lse));
+  }
+}
+
+// A prefill large enough to run on every thread (a tile item of over 4M pairs: its keys gathered,
+// its output checked and scattered in pieces of rows on the threads), beside a decode, on
+// every kernel tier at 3 threads; pages handed out shuffled.
+TEST(PagedNumerics, LargePrefillCopiesInPiecesOnEveryThread) {
+  PagedCaseSpec s;
+  s.q_lens = {1, 1100};
+  s.kv_lens = {50, 1300};
+  s.Hq = 4, s.Hkv = 2, s.D = 32, s.Dv = 32, s.page_size = 16;
+  for (DType dt : {DType::f32, DType::bf16}) {
+    s.dtype = dt;
+    SCOPED_TRACE(s.describe());
+    const PagedCase c = make_paged_case(s);
+    const Tolerance tol = tolerance_for(dt);
+    const AttentionOutput want = dense_oracle(c, 1);
+    for (const cpu::ForcedTier& tier : cpu_kernel_tiers_to_test()) {
+      SCOPED_TRACE(tier_label(tier));
+      const AttentionOutput cpu = run_cpu_tier(c, tier, 3);
+      EXPECT_NE(cpu.decision.run.kernel_detail.find("0 on one thread each"), std::string::npos)
+          << cpu.decision.run.kernel_detail;
+      EXPECT_TRUE(rows_match(c, 1, cpu, want, tol.out, tol.lse));
+    }
   }
 }
 

@@ -10,6 +10,18 @@
 #include "attnops/gpu.h"
 #include "backends/native/reference.h"
 
+#if defined(ATTNOPS_TEST_EMULATED_TIERS)
+namespace attnops::cpu {
+// The emulated builds of tests/CMakeLists.txt (attnops_cpu_<tier>_emulated).
+namespace tier_avx512bf16_emulated {
+const TierKernels& tier_kernels();
+}
+namespace tier_amx_emulated {
+const TierKernels& tier_kernels();
+}
+}  // namespace attnops::cpu
+#endif
+
 namespace attnops::testing {
 
 namespace {
@@ -172,6 +184,28 @@ std::vector<cpu::Isa> cpu_tiers_to_test() {
 
 std::string tier_label(cpu::Isa isa) {
   return "tier " + std::string(cpu::isa_name(isa));
+}
+
+std::vector<const cpu::TierKernels*> emulated_tier_tables() {
+#if defined(ATTNOPS_TEST_EMULATED_TIERS)
+  return {&cpu::tier_avx512bf16_emulated::tier_kernels(), &cpu::tier_amx_emulated::tier_kernels()};
+#else
+  return {};
+#endif
+}
+
+std::vector<cpu::ForcedTier> cpu_kernel_tiers_to_test() {
+  std::vector<cpu::ForcedTier> tiers;
+  for (const cpu::Isa isa : cpu_tiers_to_test()) tiers.emplace_back(isa);
+  const cpu::Isa top = cpu::choose_isa().tier;
+  if (cpu::detect_isa().best >= cpu::Isa::avx2)
+    for (const cpu::TierKernels* k : emulated_tier_tables())
+      if (k->isa > top) tiers.emplace_back(*k);
+  return tiers;
+}
+
+std::string tier_label(const cpu::ForcedTier& tier) {
+  return tier_label(tier.isa) + (tier.table && tier.table->emulated ? " (emulated)" : "");
 }
 
 ::testing::AssertionResult within_tolerance(const AttentionProblem& p, const native::ReferenceResult& ref,

@@ -8,15 +8,16 @@
 // The oracle reads the same (already rounded) f16/bf16 inputs, so input rounding is not error.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include <gtest/gtest.h>
-
 #include "attnops/attnops.h"
 #include "backends/cpu/isa.h"
+#include "backends/cpu/tier_kernels.h"
 #include "backends/native/reference.h"
 
 namespace attnops::testing {
@@ -71,11 +72,11 @@ AttentionProblem problem_for(const Case& c, std::int64_t bq = 128, std::int64_t 
                              std::optional<DType> runtime_dtype = std::nullopt);
 
 struct Comparison {
-  double max_out_err = 0;     // max |out - oracle|
-  double max_lse_err = 0;     // over rows finite in both
+  double max_out_err = 0;          // max |out - oracle|
+  double max_lse_err = 0;          // over rows finite in both
   bool lse_inf_rows_match = true;  // -inf exactly where the oracle has -inf
-  bool out_finite = true;     // no NaN / inf anywhere in out
-  std::string where;          // location of the worst out error
+  bool out_finite = true;          // no NaN / inf anywhere in out
+  std::string where;               // location of the worst out error
 };
 // Compares `got` with the fp64 oracle for problem p (lse only if got.lse is set).
 Comparison compare_with_oracle(const AttentionProblem& p, const AttentionBuffers& got);
@@ -87,7 +88,8 @@ Comparison compare_with_reference(const AttentionProblem& p, const native::Refer
 ::testing::AssertionResult within_tolerance(const AttentionProblem& p, const AttentionBuffers& got,
                                             std::optional<Tolerance> tol = std::nullopt);
 ::testing::AssertionResult within_tolerance(const AttentionProblem& p, const native::ReferenceResult& ref,
-                                            const AttentionBuffers& got, std::optional<Tolerance> tol = std::nullopt);
+                                            const AttentionBuffers& got,
+                                            std::optional<Tolerance> tol = std::nullopt);
 
 // The CPU ISA tiers the kernel tests run: every tier from baseline up to the one the backend
 // chooses now (the detected tier, capped by ATTNOPS_CPU_ISA), so that `ATTNOPS_CPU_ISA=avx2
@@ -96,5 +98,15 @@ Comparison compare_with_reference(const AttentionProblem& p, const native::Refer
 std::vector<cpu::Isa> cpu_tiers_to_test();
 // "tier avx2" for failure messages.
 std::string tier_label(cpu::Isa isa);
+
+// The kernel tests' tiers: cpu_tiers_to_test(), then the emulated builds of the tiers above the
+// chosen one (the avx512bf16 and amx kernels compiled with the avx2 flags, their instructions
+// beyond AVX2 in C++: backends/cpu/simd16_bf16.h, amx_tiles.h) where this CPU runs AVX2, so that
+// every tier's code runs against the oracle on any x86-64 machine with AVX2.
+std::vector<cpu::ForcedTier> cpu_kernel_tiers_to_test();
+// The emulated tiers' tables in this build (none off x86-64).
+std::vector<const cpu::TierKernels*> emulated_tier_tables();
+// "tier amx (emulated)" for failure messages.
+std::string tier_label(const cpu::ForcedTier& tier);
 
 }  // namespace attnops::testing

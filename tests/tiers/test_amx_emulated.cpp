@@ -1,9 +1,9 @@
-// The amx tier's tiled kernel, compiled a second time from the same sources against emulated
-// tiles (ATTNOPS_AMX_EMULATE, backends/cpu/amx_tiles.h: tile configuration, loads, stores, zero and
-// TDPBF16PS in scalar C++ on per-thread tile registers), on bf16 inputs against the fp64 oracle.
-// This proves the AMX path's packing (K rows, V^T, Q^T and P^T pairs), strides, edge blocks and
-// loop structure on any CPU with AVX-512 BF16 (the rest of the tier's code); the real tiles are
-// tested by tests/tiled and TierSupport.amx where the CPU has AMX.
+// The amx tier's tiled kernel, compiled a second time from the same sources with the avx2 flags
+// and its instructions beyond AVX2 emulated (ATTNOPS_ISA_EMULATE: backends/cpu/amx_tiles.h's tile
+// configuration, loads, stores, zero and TDPBF16PS, simd16_bf16.h's bf16 conversions, in C++), on
+// bf16 inputs against the fp64 oracle. This proves the AMX path's packing (K rows, V^T, Q^T and
+// P^T pairs), strides, edge blocks and loop structure on any AVX2 CPU; the real tiles are tested
+// by tests/tiled and TierSupport.amx where the CPU has AMX.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -31,8 +31,8 @@ std::vector<tiled_test::KernelCase> bf16_cases() {
 class AmxEmulated : public ::testing::TestWithParam<tiled_test::KernelCase> {};
 
 TEST_P(AmxEmulated, TiledBf16MatchesOracle) {
-  if (detect_isa().best < Isa::avx512bf16)
-    GTEST_SKIP() << "the emulated amx tier runs the tier's AVX-512 BF16 code, which this CPU lacks ("
+  if (detect_isa().best < Isa::avx2)
+    GTEST_SKIP() << "the emulated amx tier is built with the avx2 flags, which this CPU lacks ("
                  << detect_isa().refused << ")";
   const tiled_test::KernelCase& kc = GetParam();
   const testing::Case c = testing::make_case(kc.spec, kc.seed);
@@ -42,6 +42,7 @@ TEST_P(AmxEmulated, TiledBf16MatchesOracle) {
   AttentionBuffers got = allocate_buffers(p);
   const TierKernels& k = tier_amx_emulated::tier_kernels();
   ASSERT_EQ(k.isa, Isa::amx);
+  ASSERT_TRUE(k.emulated);
   const std::string path = k.tiled(p, map, got);
   EXPECT_NE(path.find("AMX"), std::string::npos) << path;
   EXPECT_TRUE(testing::within_tolerance(p, got));

@@ -1,5 +1,6 @@
 // The CPU backward (backends/cpu/tiled_backward.cpp) on every ISA tier this machine runs
-// (testing::cpu_tiers_to_test: lower tiers forced through cpu::tiled_backward's tier argument),
+// (testing::cpu_kernel_tiers_to_test: lower tiers forced through cpu::tiled_backward's tier argument,
+// and the emulated builds of the tiers above),
 // each against the fp64 backward oracle (native::reference_backward_f64) on small shapes: odd
 // sizes, Tq != Tk, head dims that are not multiples of 16, Dv != D, GQA ratios, every mask kind,
 // segments, bias (full and broadcast), soft cap, sinks, fully masked rows, f32 / f16 / bf16, block
@@ -63,6 +64,22 @@ std::vector<TierCase> tier_cases() {
         s.dtype = DType::bf16, s.window = Window{5, 0}, s.segments = true, s.D = 40;
       },
       32, 16);
+  // Every f32 case again in bf16: from the amx tier up its products run on tiles
+  // (tiled_backward_amx.h), with the elementwise work of each feature around them.
+  const std::size_t n = cases.size();
+  for (std::size_t i = 0; i < n; ++i)
+    if (cases[i].spec.dtype == DType::f32 && cases[i].name.rfind("f32_", 0) == 0) {
+      TierCase c = cases[i];
+      c.name = "bf16" + c.name.substr(3);
+      c.spec.dtype = DType::bf16;
+      cases.push_back(c);
+    }
+  // Larger than a tile in every dim, odd sizes: several q and kv blocks, full ones and the edges.
+  add(
+      "bf16_odd_dims", [](CaseSpec& s) { s.dtype = DType::bf16, s.D = 33, s.Dv = 17, s.Tq = 41; }, 16, 32);
+  add(
+      "bf16_blocks_full_and_edges",
+      [](CaseSpec& s) { s.dtype = DType::bf16, s.Tq = 150, s.Tk = 170, s.D = 56, s.Dv = 36; }, 64, 48);
   return cases;
 }
 
@@ -76,11 +93,11 @@ TEST_P(BackwardTiers, EveryTierMatchesOracle) {
   const BlockMap map = build_block_map(p.mask, p.Hq, p.Tq, p.Tk, tc.bq, tc.bk);
   const native::ReferenceGradients want = native::reference_backward_f64(bc.bp);
   SCOPED_TRACE(c.describe());
-  for (const cpu::Isa tier : testing::cpu_tiers_to_test()) {
+  for (const cpu::ForcedTier& tier : testing::cpu_kernel_tiers_to_test()) {
     GradientBuffers got = allocate_gradient_buffers(bc.bp);
     cpu::tiled_backward(bc.bp, map, got, tier);
     EXPECT_TRUE(testing::gradients_match(bc.bp, want, got)) << testing::tier_label(tier);
-    EXPECT_EQ(got.run.kernel, cpu::isa_name(tier)) << got.run.kernel_detail;
+    EXPECT_EQ(got.run.kernel, cpu::isa_name(tier.isa)) << got.run.kernel_detail;
   }
 }
 

@@ -15,7 +15,7 @@
 namespace attnops {
 namespace {
 
-AttentionBuffers run_cpu(AttentionProblem& p, const BlockMap& map, int threads, cpu::Isa tier) {
+AttentionBuffers run_cpu(AttentionProblem& p, const BlockMap& map, int threads, const cpu::ForcedTier& tier) {
   p.num_threads = threads;
   AttentionBuffers b = allocate_buffers(p);
   cpu::tiled_attention(p, map, b, tier);
@@ -51,7 +51,7 @@ TEST(TiledDeterminism, BitwiseEqualAcrossRunsAndThreadCounts) {
     AttentionProblem p = testing::problem_for(c, var.bq, var.bk);
     const BlockMap map = build_block_map(p.mask, p.Hq, p.Tq, p.Tk, var.bq, var.bk);
     const native::ReferenceResult ref = native::reference_attention_f64(p, false);
-    for (const cpu::Isa tier : testing::cpu_tiers_to_test()) {
+    for (const cpu::ForcedTier& tier : testing::cpu_kernel_tiers_to_test()) {
       SCOPED_TRACE(testing::tier_label(tier));
       const AttentionBuffers one = run_cpu(p, map, 1, tier);
       const AttentionBuffers two = run_cpu(p, map, 2, tier);

@@ -2,9 +2,9 @@
 // inputs: odd sizes that are not multiples of any block size, Tq != Tk, head dims that are not
 // powers of two, GQA 1..16, every mask kind and combination, segments, bias (full and
 // broadcast), soft cap, sinks, fully masked rows, f32 / f16 / bf16, several block sizes.
-// The fast CPU kernel runs on every ISA tier this machine runs (testing::cpu_tiers_to_test: up
-// to the detected tier, or ATTNOPS_CPU_ISA's cap), each checked against the oracle computed
-// once per case and against the native kernel.
+// The fast CPU kernel runs on every ISA tier this machine runs (testing::cpu_kernel_tiers_to_test:
+// up to the detected tier, or ATTNOPS_CPU_ISA's cap, then the emulated builds of the tiers above),
+// each checked against the oracle computed once per case and against the native kernel.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -77,11 +77,11 @@ TEST_P(TiledParity, NativeAndCpuMatchOracle) {
   native::tiled_attention(p, map, nat);
   EXPECT_TRUE(matches_oracle(p, ref, nat)) << "native tiled";
 
-  for (const cpu::Isa tier : testing::cpu_tiers_to_test()) {
+  for (const cpu::ForcedTier& tier : testing::cpu_kernel_tiers_to_test()) {
     AttentionBuffers fast = allocate_buffers(p);
     cpu::tiled_attention(p, map, fast, tier);
     EXPECT_TRUE(matches_oracle(p, ref, fast)) << "cpu tiled, " << testing::tier_label(tier);
-    EXPECT_EQ(fast.run.kernel, cpu::isa_name(tier)) << fast.run.kernel_detail;
+    EXPECT_EQ(fast.run.kernel, cpu::isa_name(tier.isa)) << fast.run.kernel_detail;
 
     // The two kernels agree with each other at least as closely as each does with the oracle.
     double diff = 0;
@@ -122,7 +122,7 @@ TEST(TiledStrides, SlicedViewsMatchOracle) {
     AttentionBuffers nat = allocate_buffers(p);
     native::tiled_attention(p, map, nat);
     EXPECT_TRUE(matches_oracle(p, ref, nat)) << dtype_name(dt);
-    for (const cpu::Isa tier : testing::cpu_tiers_to_test()) {
+    for (const cpu::ForcedTier& tier : testing::cpu_kernel_tiers_to_test()) {
       AttentionBuffers fast = allocate_buffers(p);
       cpu::tiled_attention(p, map, fast, tier);
       EXPECT_TRUE(matches_oracle(p, ref, fast)) << dtype_name(dt) << " " << testing::tier_label(tier);
@@ -142,7 +142,7 @@ TEST(TiledGuard, GuardedRunMatchesOracleOnNarrowAndWideVRows) {
     p.guard_nonfinite_v = true;
     const BlockMap map = build_block_map(p.mask, p.Hq, p.Tq, p.Tk, 32, 48);
     const native::ReferenceResult ref = native::reference_attention_f64(p, false);
-    for (const cpu::Isa tier : testing::cpu_tiers_to_test()) {
+    for (const cpu::ForcedTier& tier : testing::cpu_kernel_tiers_to_test()) {
       AttentionBuffers fast = allocate_buffers(p);
       cpu::tiled_attention(p, map, fast, tier);
       EXPECT_TRUE(matches_oracle(p, ref, fast)) << "Hkv " << Hkv << " " << testing::tier_label(tier);
@@ -168,7 +168,7 @@ TEST(TiledEdges, EmptySequences) {
     AttentionBuffers nat = allocate_buffers(p);
     native::tiled_attention(p, map, nat);
     EXPECT_TRUE(matches_oracle(p, ref, nat)) << "B=" << B << " Tq=" << Tq << " Tk=" << Tk;
-    for (const cpu::Isa tier : testing::cpu_tiers_to_test()) {
+    for (const cpu::ForcedTier& tier : testing::cpu_kernel_tiers_to_test()) {
       AttentionBuffers fast = allocate_buffers(p);
       cpu::tiled_attention(p, map, fast, tier);
       EXPECT_TRUE(matches_oracle(p, ref, fast))

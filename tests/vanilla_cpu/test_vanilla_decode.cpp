@@ -53,8 +53,8 @@ TEST_P(VanillaDecodeRandom, MatchesOracleWithOneTwoAndThreeThreads) {
   const Case c = make_case(spec, seed);
   AttentionProblem p = problem_for(c);
   ASSERT_LE(p.Tq, cpu::kDecodeMaxQ);
-  expect_all_tiers_match(p, {1, 2, 3},
-                         c.describe() + " splits(2 threads)=" + std::to_string(cpu::vanilla_decode_splits(p, 2)));
+  expect_all_tiers_match(
+      p, {1, 2, 3}, c.describe() + " splits(2 threads)=" + std::to_string(cpu::vanilla_decode_splits(p, 2)));
 }
 
 INSTANTIATE_TEST_SUITE_P(Sweep, VanillaDecodeRandom, ::testing::Range(0, random_case_count(150)));
@@ -93,7 +93,7 @@ TEST(VanillaDecode, SplitResultIsDeterministicForAThreadCount) {
   AttentionProblem p = problem_for(c);
   ASSERT_GT(cpu::vanilla_decode_splits(p, 2), 1);
   const native::ReferenceResult ref = native::reference_attention_f64(p, false);
-  for (const cpu::Isa tier : cpu_tiers_to_test()) {
+  for (const cpu::ForcedTier& tier : cpu_kernel_tiers_to_test()) {
     const AttentionBuffers a = run_cpu(p, 2, tier);
     EXPECT_TRUE(within_tolerance(p, ref, a)) << c.describe() << " " << tier_label(tier);
     for (int rep = 0; rep < 3; ++rep) {
@@ -123,7 +123,7 @@ TEST(VanillaDecode, FullyMaskedRowsGiveZeroAndMinusInf) {
     d.options.segment_ids_q = seg_q.view();
     d.options.segment_ids_kv = seg_kv.view();
     AttentionProblem q = problem_for(d);
-    for (const cpu::Isa tier : cpu_tiers_to_test()) {
+    for (const cpu::ForcedTier& tier : cpu_kernel_tiers_to_test()) {
       const AttentionBuffers got = run_cpu(q, 2, tier);
       EXPECT_TRUE(within_tolerance(q, got)) << d.describe() << " " << tier_label(tier);
       for (std::int64_t i = 0; i < got.out.numel(); ++i)

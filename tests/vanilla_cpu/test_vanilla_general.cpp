@@ -158,7 +158,7 @@ TEST_P(VanillaWeights, EqualOracleWeights) {
   const AttentionBuffers got = run_cpu(p, 2);
   ASSERT_TRUE(got.weights.has_value());
   const native::ReferenceResult ref = native::reference_attention_f64(p, true);
-  for (const cpu::Isa tier : cpu_tiers_to_test()) {
+  for (const cpu::ForcedTier& tier : cpu_kernel_tiers_to_test()) {
     const AttentionBuffers g = run_cpu(p, 2, tier);
     EXPECT_TRUE(within_tolerance(p, ref, g)) << c.describe() << " " << tier_label(tier);
     ASSERT_EQ(ref.weights.size(), static_cast<std::size_t>(g.weights->numel()));
@@ -197,7 +197,7 @@ TEST(VanillaPlanLayouts, SmallCapsMatchOracle) {
       ASSERT_EQ(pl.lanes_over_rows, cap.lanes_over_rows) << cap.floats;
       EXPECT_LT(pl.gc, p.group()) << "the cap should split the GQA group, cap " << cap.floats;
       const native::ReferenceResult ref = native::reference_attention_f64(p, true);
-      for (const cpu::Isa tier : cpu_tiers_to_test()) {
+      for (const cpu::ForcedTier& tier : cpu_kernel_tiers_to_test()) {
         AttentionBuffers got = allocate_buffers(p);
         cpu::vanilla_general(p, got, tier, pl);
         EXPECT_TRUE(within_tolerance(p, ref, got))

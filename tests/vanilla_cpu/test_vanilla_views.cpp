@@ -52,10 +52,11 @@ TEST_P(VanillaViews, KvCacheSliceAndHeadSliceMatchOracle) {
   ASSERT_NE(strided.k.stride(1), 2 * 80) << "the kernel must see the cache's strides, not a copy";
   AttentionProblem dense = problem_for(c);
   const native::ReferenceResult ref = native::reference_attention_f64(dense, false);
-  for (const cpu::Isa tier : cpu_tiers_to_test())
+  for (const cpu::ForcedTier& tier : cpu_kernel_tiers_to_test())
     for (int threads : {1, 2}) {
       const AttentionBuffers a = run_cpu(strided, threads, tier);
-      EXPECT_TRUE(within_tolerance(dense, ref, a)) << c.describe() << " threads=" << threads << " " << tier_label(tier);
+      EXPECT_TRUE(within_tolerance(dense, ref, a))
+          << c.describe() << " threads=" << threads << " " << tier_label(tier);
     }
 }
 

@@ -16,7 +16,8 @@ namespace attnops::testing::vanilla {
 
 // Runs cpu::vanilla_attention on p with `threads` OpenMP threads into fresh buffers, on the
 // chosen ISA tier or on `tier`.
-inline AttentionBuffers run_cpu(AttentionProblem& p, int threads, std::optional<cpu::Isa> tier = std::nullopt) {
+inline AttentionBuffers run_cpu(AttentionProblem& p, int threads,
+                                std::optional<cpu::ForcedTier> tier = std::nullopt) {
   p.num_threads = threads;
   AttentionBuffers b = allocate_buffers(p);
   if (tier)
@@ -26,13 +27,15 @@ inline AttentionBuffers run_cpu(AttentionProblem& p, int threads, std::optional<
   return b;
 }
 
-// Checks p on every tier of cpu_tiers_to_test() with each thread count, against the oracle
+// Checks p on every tier of cpu_kernel_tiers_to_test() with each thread count, against the oracle
 // computed once. `what` names the case in failure messages.
-inline void expect_all_tiers_match(AttentionProblem& p, std::initializer_list<int> threads, const std::string& what) {
+inline void expect_all_tiers_match(AttentionProblem& p, std::initializer_list<int> threads,
+                                   const std::string& what) {
   const native::ReferenceResult ref = native::reference_attention_f64(p, false);
-  for (const cpu::Isa tier : cpu_tiers_to_test())
+  for (const cpu::ForcedTier& tier : cpu_kernel_tiers_to_test())
     for (int t : threads)
-      EXPECT_TRUE(within_tolerance(p, ref, run_cpu(p, t, tier))) << what << " threads=" << t << " " << tier_label(tier);
+      EXPECT_TRUE(within_tolerance(p, ref, run_cpu(p, t, tier)))
+          << what << " threads=" << t << " " << tier_label(tier);
 }
 
 // A case spec with the given shape and no optional feature (set fields afterwards).
