@@ -1,6 +1,7 @@
 // The non-finite policy (README, Non-finite values) through ring and ulysses, as for every other
 // operator: an infinity in v reaches the rows that see it as that infinity (the merge of partial
-// results must not turn it into NaN). Found by the differential fuzzer (attnops verify).
+// results must not turn it into NaN), and a fully masked row contributes nothing to dsinks even
+// when its dout holds a NaN. Found by the differential fuzzer (attnops verify).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "attnops/dist/local_communicator.h"
 #include "attnops/dist/sequence_parallel.h"
 #include "backends/native/reference.h"
+#include "backends/native/reference_backward.h"
 #include "tests/support/testing.h"
 
 namespace attnops::dist {
@@ -85,6 +87,30 @@ TEST(DistNonFinite, AnInfinityInVReachesItsRowsAsThatInfinity) {
       EXPECT_EQ(wrong, 0) << op << " on " << P << " ranks: elements whose class (NaN, +inf, -inf, finite) "
                           << "differs from the oracle's";
     }
+}
+
+TEST(DistNonFinite, AFullyMaskedRowWithANaNDoutAddsNothingToDsinks) {
+  attnops::testing::CaseSpec spec;
+  spec.Tq = spec.Tk = 40, spec.Hq = 2, spec.Hkv = 2, spec.D = 8, spec.segments = true, spec.sinks = true;
+  attnops::testing::Case c = attnops::testing::make_case(spec, 4);
+  c.seg_q->data_as<std::int32_t>()[17] = 1 << 30;  // row 17 matches no key: fully masked
+  AttentionOptions o = c.options;
+  o.return_lse = true;
+  Tensor dout = attnops::testing::random_tensor(DType::f32, {1, 40, 2, 8}, 6);
+  for (std::int64_t e = 0; e < 2 * 8; ++e) dout.set(static_cast<std::size_t>(17 * 16 + e), std::nanf(""));
+  const AttentionProblem p = make_problem(c.q, c.k, c.v, o, OperationMetadata{});
+  AttentionBuffers fwd = allocate_buffers(p);
+  native::reference_attention(p, fwd);
+  const native::ReferenceGradients want = native::reference_backward_f64(
+      make_backward_problem(c.q, c.k, c.v, fwd.out, *fwd.lse, dout, o, OperationMetadata{}));
+  ASSERT_TRUE(std::isfinite(want.dsinks[0]) && std::isfinite(want.dsinks[1]));
+  for (int P : {2, 3}) {
+    const Gathered g = run("ring", P, c, o, &dout);
+    ASSERT_TRUE(g.dsinks.has_value());
+    for (std::int64_t h = 0; h < 2; ++h)
+      EXPECT_NEAR(g.dsinks->at(static_cast<std::size_t>(h)), want.dsinks[static_cast<std::size_t>(h)], 1e-4)
+          << "ring on " << P << " ranks, head " << h;
+  }
 }
 
 }  // namespace
