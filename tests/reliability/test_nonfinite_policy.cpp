@@ -295,6 +295,37 @@ TEST_P(NonFinitePolicy, AgreesWithTheOracle) {
       }
 }
 
+// vanilla's attention weights under the same cases: a NaN row has NaN weights for the keys it
+// sees and 0 for the keys it does not (masked keys keep weight 0 in every row, as the oracle).
+class NonFiniteWeights : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(NonFiniteWeights, AgreeWithTheOracle) {
+  const Backend backend = GetParam();
+  const OperationMetadata md = metadata_for("vanilla", backend);
+  if (const Availability a = registry().host().availability(backend, md.gpu); !a.available)
+    GTEST_SKIP() << backend_name(backend) << " is not available here: " << a.detail;
+  const Attention attn = registry().get("vanilla", md);
+  for (const PolicyCase& pc : policy_cases())
+    for (const Shape& s : kShapes)
+      for (DType dt : {DType::f32, DType::bf16}) {
+        SCOPED_TRACE(std::string(pc.name) + " " + s.name + " " + std::string(dtype_name(dt)) + " on " +
+                     std::string(backend_name(backend)));
+        Case c = make_policy_case(pc, s, dt);
+        c.options.return_weights = true;
+        const AttentionOutput got = attn(c.q, c.k, c.v, c.options);
+        ASSERT_EQ(got.decision.backend, backend);
+        ASSERT_TRUE(got.attention_weights.has_value());
+        const native::ReferenceResult want =
+            native::reference_attention_f64(make_problem(c.q, c.k, c.v, c.options, md), true);
+        EXPECT_TRUE(
+            agrees("weights", as_doubles(*got.attention_weights), want.weights, tolerance_for(dt).out));
+      }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, NonFiniteWeights,
+                         ::testing::Values(Backend::native, Backend::cpu, Backend::gpu),
+                         [](const auto& info) { return std::string(backend_name(info.param)); });
+
 INSTANTIATE_TEST_SUITE_P(OperatorsXBackends, NonFinitePolicy,
                          ::testing::Combine(::testing::Values("vanilla", "blocksparse", "flash_attn2"),
                                             ::testing::Values(Backend::native, Backend::cpu, Backend::gpu)),
