@@ -78,10 +78,16 @@ Tolerance problem_tolerance(const AttentionProblem& p) {
         }
     L += bmax;
   }
-  const double f = 1 + L / 16;
-  t.out *= std::max(1.0, v.max_abs) * f;
-  t.lse *= f;
-  t.grad *= f;
+  // Forward: the dtype's own tolerance (its rounding of out, and of P on the bf16 paths) plus the
+  // fp32 logits' rounding error, which grows with the logits whatever the storage dtype.
+  // Backward: the residuals out and dout are stored in the dtype, and D = dout . out carries their
+  // rounding into dS = P (dP - D), scaled by q or k (as large as the logits): the dtype's
+  // tolerance grows with L.
+  const Tolerance f32 = base_tolerance(DType::f32);
+  const double f = L / 16;
+  t.out = (t.out + f32.out * f) * std::max(1.0, v.max_abs);
+  t.lse += f32.lse * f;
+  t.grad *= 1 + f;
   return t;
 }
 

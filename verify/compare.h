@@ -4,10 +4,12 @@
 // bitwise equality where the README promises it.
 //
 // The tolerances of the tests hold for inputs in [-1, 1]; the fuzzer draws larger values too, so
-// they are scaled by the problem: out by max(1, max |v|) (out is a convex combination of v rows),
-// and every quantity by 1 + L / 16, with L a bound on |logit| (Cauchy-Schwarz over q and k rows,
-// the soft cap, the bias): an fp32 logit carries a rounding error proportional to its size, and a
-// softmax weight inherits it. For inputs in [-1, 1] and D <= 256 the factor stays below 1.4.
+// they are scaled by the problem, with L a bound on |logit| (Cauchy-Schwarz over q and k rows, the
+// soft cap, the bias): out and lse get the f32 tolerance times L / 16 added (every path computes
+// the logits in fp32, whose rounding error grows with their size, and a softmax weight inherits
+// it), out is scaled by max(1, max |v|) (a convex combination of v rows), and the gradients'
+// tolerance by 1 + L / 16 (the residuals' rounding reaches dS through D = dout . out and is scaled
+// by q or k). For inputs in [-1, 1] and D <= 256, L / 16 stays below 0.4.
 #pragma once
 
 #include <cstdint>

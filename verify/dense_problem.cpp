@@ -144,31 +144,47 @@ DenseSpec draw_dense(std::uint64_t seed, std::uint64_t index, const Limits& limi
   s.seed = seed, s.index = index;
   const double dt = rng.real();
   s.dtype = dt < 0.5 ? DType::f32 : dt < 0.75 ? DType::f16 : DType::bf16;
-  s.Hq = rng.chance(0.3) ? 1 : rng.uniform(1, 8);
+  // A quarter of the problems are ordinary model shapes (a few heads of 16 to 128, a few hundred
+  // positions, self-attention or a prefill over a cache), whose task splits put tasks of
+  // different widths on one thread; the rest are drawn dimension by dimension near the edges.
+  const bool ordinary = rng.chance(0.25);
+  s.Hq = ordinary ? rng.pick(std::vector<i64>{1, 2, 4, 8}) : rng.chance(0.3) ? 1 : rng.uniform(1, 8);
   std::vector<i64> divisors;
   for (i64 d = 1; d <= s.Hq; ++d)
     if (s.Hq % d == 0) divisors.push_back(d);
   s.Hkv = rng.chance(0.25) ? 1 : rng.pick(divisors);
-  s.B = rng.chance(0.4) ? 1 : rng.uniform(1, 4);
+  s.B = ordinary ? rng.uniform(1, 2) : rng.chance(0.4) ? 1 : rng.uniform(1, 4);
   ShapeContext ctx{s.Hq / s.Hkv, s.Hq, s.Hkv, 64, 64, s.B, static_cast<i64>(dtype_size(s.dtype))};
-  s.D = draw_size(rng, kHeadDim, ctx, 1, 256);
-  s.Dv = rng.chance(0.6) ? s.D : draw_size(rng, kHeadDim, ctx, 1, 256);
+  if (ordinary) {
+    s.D = s.Dv = rng.pick(std::vector<i64>{16, 32, 48, 64, 80, 96, 128});
+    s.Tk = rng.uniform(std::min<i64>(100, limits.max_seq), std::min<i64>(1000, limits.max_seq));
+    s.Tq = rng.chance(0.5) ? s.Tk : rng.uniform(1, s.Tk);
+  } else {
+    s.D = draw_size(rng, kHeadDim, ctx, 1, 256);
+    s.Dv = rng.chance(0.6) ? s.D : draw_size(rng, kHeadDim, ctx, 1, 256);
+  }
   ctx.D = s.D, ctx.Dv = s.Dv;
   // Sequence lengths: half short (the small edges: lanes, micro-tiles, decode blocks), half from
   // 128 up (key blocks, q chunks, splits: where tasks of different widths meet).
   const i64 long_from = std::min<i64>(128, limits.max_seq);
-  s.Tk = rng.chance(0.5) ? draw_size(rng, kSeqK, ctx, 0, long_from)
-                         : draw_size(rng, kSeqK, ctx, long_from, limits.max_seq);
-  const double tq = rng.real();
-  s.Tq = tq < 0.3    ? s.Tk
-         : tq < 0.45 ? rng.uniform(1, 4)
-         : tq < 0.6 ? std::max<i64>(0, s.Tk - draw_size(rng, kSeqQ, ctx, 0, s.Tk))  // a prefill after a cache
-         : rng.chance(0.5) ? draw_size(rng, kSeqQ, ctx, 0, long_from)
-                           : draw_size(rng, kSeqQ, ctx, long_from, limits.max_seq);
+  if (!ordinary) {
+    s.Tk = rng.chance(0.5) ? draw_size(rng, kSeqK, ctx, 0, long_from)
+                           : draw_size(rng, kSeqK, ctx, long_from, limits.max_seq);
+    const double tq = rng.real();
+    s.Tq = tq < 0.3    ? s.Tk
+           : tq < 0.45 ? rng.uniform(1, 4)
+           : tq < 0.6
+               ? std::max<i64>(0, s.Tk - draw_size(rng, kSeqQ, ctx, 0, s.Tk))  // a prefill after a cache
+           : rng.chance(0.5) ? draw_size(rng, kSeqQ, ctx, 0, long_from)
+                             : draw_size(rng, kSeqQ, ctx, long_from, limits.max_seq);
+  }
   // The budget itself is log-uniform over the top 5 octaves below the cap: most problems cheap,
   // some at the cap, and many large enough for a second thread (2 MFLOP per thread,
   // backends/cpu/call_threads.h) and for more tasks than threads.
-  fit_work(rng, s, rng.log_uniform(std::max<i64>(1, limits.max_work >> 5), limits.max_work));
+  // Ordinary shapes get the whole cap: fitted, they keep a few hundred positions.
+  fit_work(
+      rng, s,
+      ordinary ? limits.max_work : rng.log_uniform(std::max<i64>(1, limits.max_work >> 5), limits.max_work));
 
   s.causal = rng.chance(0.6);
   const i64 Tk = s.Tk;

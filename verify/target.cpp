@@ -47,13 +47,14 @@ TargetPlan plan_targets(const Registry& registry, const TargetRequest& r) {
   const CpuInfo cpu = registry.host().cpu();
   const int detected = tier_index(cpu.cpu_tier_detected);
   std::vector<std::string> tiers;
+  const bool want_cpu = std::find(r.backends.begin(), r.backends.end(), Backend::cpu) != r.backends.end();
   const bool all_tiers = r.tiers.empty() || (r.tiers.size() == 1 && r.tiers[0] == "all");
   for (int i = 0; i < 5; ++i) {
     const bool asked = all_tiers || std::find(r.tiers.begin(), r.tiers.end(), kTiers[i]) != r.tiers.end();
     if (!asked) continue;
     if (i <= detected)
       tiers.push_back(kTiers[i]);
-    else
+    else if (want_cpu)
       plan.notes.push_back(std::string("tier ") + kTiers[i] + " skipped: this CPU runs up to " +
                            cpu.cpu_tier_detected + " (" + cpu.cpu_tier_detail + ")");
   }
@@ -61,9 +62,12 @@ TargetPlan plan_targets(const Registry& registry, const TargetRequest& r) {
   const int hw = max_worker_threads();
   for (int t : r.threads) {
     const int eff = std::clamp(t, 1, hw);
-    if (eff != t)
-      plan.notes.push_back("threads " + std::to_string(t) + " runs as " + std::to_string(eff) + " (" +
-                           std::to_string(hw) + " hardware threads: the library clamps num_threads)");
+    const std::string note = "threads " + std::to_string(t) + " runs as " + std::to_string(eff) + " (" +
+                             std::to_string(hw) + " hardware threads: the library clamps num_threads)";
+    const bool host_threads =
+        want_cpu || std::find(r.backends.begin(), r.backends.end(), Backend::native) != r.backends.end();
+    if (eff != t && host_threads && std::find(plan.notes.begin(), plan.notes.end(), note) == plan.notes.end())
+      plan.notes.push_back(note);
     if (std::find(threads.begin(), threads.end(), eff) == threads.end()) threads.push_back(eff);
   }
   std::vector<std::string> gpu_kernels;
@@ -93,6 +97,13 @@ TargetPlan plan_targets(const Registry& registry, const TargetRequest& r) {
           for (int t : threads) plan.targets.push_back({op, pass, b, k, t});
       }
     }
+  if (want_cpu) {
+    std::string runs = "runs cpu tiers";
+    for (const std::string& t : tiers) runs += " " + t;
+    runs += "; threads";
+    for (int t : threads) runs += " " + std::to_string(t);
+    plan.notes.push_back(runs);
+  }
   if (std::find(r.ops.begin(), r.ops.end(), "ragged_paged") != r.ops.end() &&
       std::find(r.passes.begin(), r.passes.end(), Pass::backward) != r.passes.end())
     plan.notes.push_back("ragged_paged backward skipped: the paged operator has no backward");
