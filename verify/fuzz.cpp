@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <set>
 
 #include "attnops/dist/sequence_parallel.h"
 #include "verify/run_dense.h"
@@ -112,16 +111,16 @@ FuzzSummary run_fuzz(const FuzzOptions& o) {
     }
     ++sum.problems;
     ++sum.problems_per_seed[seed];
-    std::set<std::string> shrunk;
+    bool shrunk = false;
     for (Finding& f : found) {
       FuzzFailure ff{seed, index, f, failure_line(seed, index, f, o.limits), "", ""};
       say(ff.line);
       const bool is_dense_finding = is_dense_op(f.target.op) || is_dist_op(f.target.op);
-      const std::string key = f.target.text() + "|" + first_word(f.mismatch.what);
       // One shrink per case (the first dense finding), and none once the time budget is spent:
       // a broken kernel fails many targets of a case, and each shrink reruns the case dozens of times.
       const bool in_time = !o.seconds || since(start) < *o.seconds;
-      if (o.shrink && is_dense_finding && dense && in_time && shrunk.empty() && shrunk.insert(key).second) {
+      if (o.shrink && is_dense_finding && dense && in_time && !shrunk) {
+        shrunk = true;
         const std::vector<Target> ts = shrink_targets(plan.targets, f);
         const std::string kind = first_word(f.mismatch.what);
         const auto fails = [&](const DenseSpec& s) {

@@ -2,6 +2,8 @@
 
 #include <sstream>
 
+#include "verify/run_dist.h"
+
 namespace attnops::verify {
 
 namespace {
@@ -96,8 +98,8 @@ std::string save_dense_case(const DenseSpec& s, const Target& t, const std::stri
       yaml << "  " << op << ": {fallbacks: {decode: false, non_causal: false, seq_multiple: false}}\n";
   }
   save_text(path("config.yaml"), yaml.str());
-  std::string cmd = env_prefix(t) + "attnops run --op " + t.op + " --config " + path("config.yaml") +
-                    " --q " + path("q.npy") + " --k " + path("k.npy") + " --v " + path("v.npy") + " --out " +
+  std::string cmd = "attnops run --op " + t.op + " --config " + path("config.yaml") + " --q " +
+                    path("q.npy") + " --k " + path("k.npy") + " --v " + path("v.npy") + " --out " +
                     path("out.npy") + " --lse-out " + path("lse.npy") + common_flags(t, s.dtype);
   if (!s.causal) cmd += " --no-causal";
   if (s.window) cmd += " --window " + std::to_string(s.window->left) + "," + std::to_string(s.window->right);
@@ -121,11 +123,18 @@ std::string save_dense_case(const DenseSpec& s, const Target& t, const std::stri
     if (in.bias) cmd += " --dbias-out " + path("dbias.npy");
   }
   std::string note;
+  if (is_dist_op(t.op)) {  // the ranks of the case: the program runs them under mpirun
+    const DistSpec d = draw_dist(s, t.op);
+    if (!d.layout.empty()) cmd += " --layout " + d.layout;
+    cmd = "mpirun -np " + std::to_string(d.ranks) +
+          (t.backend == Backend::cpu ? " -x ATTNOPS_CPU_ISA " : " ") + cmd;
+    note += " the local operator " + d.local_operator + ", progress rows and eager limit";
+  }
   if (s.mask) note += " a Mask object (" + s.mask->build(s.Hq, s.Tq, s.Tk).key() + ")";
   for (const auto& l : s.layout)
     if (l.strided) note = note + (note.empty() ? "" : ";") + " strided views (saved contiguous)";
   if (!note.empty()) cmd += "   # not expressible as flags:" + note + "; use the replay command";
-  return cmd;
+  return env_prefix(t) + cmd;
 }
 
 std::string save_paged_case(const PagedSpec& s, const Target& t, const std::string& dir,
