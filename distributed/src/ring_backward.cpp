@@ -113,6 +113,8 @@ Tensor sink_gradients(Communicator& comm, const BackwardProblem& bp, const Tenso
         // A fully masked row (the keys' own lse -inf) contributes nothing, even when its dout
         // holds a NaN or an infinity (out 0 x dout NaN would be NaN).
         if (bp.lse[(b * p.Hq + h) * p.Tq + i] == -std::numeric_limits<float>::infinity()) continue;
+        // Nor does a row whose +inf sink takes all the mass (its output is 0 whatever q, k, v).
+        if (p.sinks[h] == std::numeric_limits<float>::infinity()) continue;
         const std::int64_t at = ((b * p.Tq + i) * p.Hq + h) * p.Dv;
         double di = 0;
         for (std::int64_t e = 0; e < p.Dv; ++e)
