@@ -31,7 +31,7 @@ struct VerifyArgs {
   std::int64_t work = std::int64_t{1} << 26, max_seq = 4096, gpu_work = std::int64_t{1} << 21;
   bool no_nonfinite = false, no_shrink = false;
   double repeat_fraction = 0.25, progress = 30;
-  std::string save_failures, replay, shape, json;
+  std::string save_failures, replay, shape, json, head_dims;
   CLI::Option *problems_opt = nullptr, *seconds_opt = nullptr;
 };
 
@@ -135,6 +135,11 @@ verify::FuzzOptions options_from(const VerifyArgs& a) {
   o.limits.max_work = a.work;
   o.limits.max_seq = a.max_seq;
   o.limits.nonfinite = !a.no_nonfinite;
+  for (const std::string& d : split(a.head_dims)) {
+    const std::uint64_t n = parse_u64(d, "--head-dims");
+    if (n < 1 || n > 256) throw usage("--head-dims: expected head dims of 1 to 256, got " + d);
+    o.limits.head_dims.push_back(static_cast<std::int64_t>(n));
+  }
   o.gpu_max_work = a.gpu_work;
   if (!(a.repeat_fraction >= 0 && a.repeat_fraction <= 1)) throw usage("--repeat-fraction: expected 0 to 1");
   o.repeat_fraction = a.repeat_fraction;
@@ -278,6 +283,8 @@ Command add_verify_command(CLI::App& root) {
       ->check(CLI::PositiveNumber);
   app->add_option("--gpu-work", a->gpu_work, "Largest problem run on the gpu (default 2^21)");
   app->add_flag("--no-nonfinite", a->no_nonfinite, "Draw no NaN / inf inputs");
+  app->add_option("--head-dims", a->head_dims,
+                  "Draw D and Dv from this list only (few GPU pipelines: long runs on lavapipe)");
   app->add_option("--repeat-fraction", a->repeat_fraction,
                   "Share of calls repeated for determinism (default 0.25)");
   app->add_flag("--no-shrink", a->no_shrink, "Do not look for a smaller failing case");

@@ -163,6 +163,10 @@ DenseSpec draw_dense(std::uint64_t seed, std::uint64_t index, const Limits& limi
     s.D = draw_size(rng, kHeadDim, ctx, 1, 256);
     s.Dv = rng.chance(0.6) ? s.D : draw_size(rng, kHeadDim, ctx, 1, 256);
   }
+  if (!limits.head_dims.empty()) {
+    s.D = rng.pick(limits.head_dims);
+    s.Dv = rng.chance(0.6) ? s.D : rng.pick(limits.head_dims);
+  }
   ctx.D = s.D, ctx.Dv = s.Dv;
   // Sequence lengths: half short (the small edges: lanes, micro-tiles, decode blocks), half from
   // 128 up (key blocks, q chunks, splits: where tasks of different widths meet).

@@ -23,6 +23,9 @@ struct Limits {
   std::int64_t max_work = std::int64_t{1} << 26;  // B * Hq * Tq * Tk * (D + Dv) of one problem, at most
   std::int64_t max_seq = 4096;                    // Tq, Tk at most
   bool nonfinite = true;                          // NaN / inf in some inputs
+  // When not empty, D and Dv are drawn from these only: a GPU compiles a pipeline per head-dim
+  // pair, so a long run on a software device (lavapipe: ~1 s of LLVM per pipeline) needs few.
+  std::vector<std::int64_t> head_dims;
 };
 
 enum class BiasShape { none, full, batch1, head1, both1 };  // [B, Hq], [1, Hq], [B, 1], [1, 1] x [Tq, Tk]

@@ -86,6 +86,10 @@ PagedSpec draw_paged(std::uint64_t seed, std::uint64_t index, const Limits& limi
   ShapeContext ctx{s.Hq / s.Hkv, s.Hq, s.Hkv, 64, 64, 1, static_cast<i64>(dtype_size(s.dtype))};
   s.D = draw_size(rng, kHeadDim, ctx, 1, 256);
   s.Dv = rng.chance(0.7) ? s.D : draw_size(rng, kHeadDim, ctx, 1, 256);
+  if (!limits.head_dims.empty()) {
+    s.D = rng.pick(limits.head_dims);
+    s.Dv = rng.chance(0.7) ? s.D : rng.pick(limits.head_dims);
+  }
   ctx.D = s.D, ctx.Dv = s.Dv;
   s.page_size = draw_size(rng, kPage, ctx, 1, 128);
   const i64 S = rng.chance(0.2) ? 1 : rng.uniform(1, 8);

@@ -51,6 +51,13 @@ std::string limits_flags(const Limits& l) {
   if (l.max_work != d.max_work) s += " --work " + std::to_string(l.max_work);
   if (l.max_seq != d.max_seq) s += " --max-seq " + std::to_string(l.max_seq);
   if (l.nonfinite != d.nonfinite) s += " --no-nonfinite";
+  if (!l.head_dims.empty()) {
+    s += " --head-dims ";
+    for (std::size_t i = 0; i < l.head_dims.size(); ++i) {
+      if (i) s += ',';
+      s += std::to_string(l.head_dims[i]);
+    }
+  }
   return s;
 }
 
