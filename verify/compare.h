@@ -8,8 +8,9 @@
 // soft cap, the bias): out and lse get the f32 tolerance times L / 16 added (every path computes
 // the logits in fp32, whose rounding error grows with their size, and a softmax weight inherits
 // it), out is scaled by max(1, max |v|) (a convex combination of v rows), and the gradients'
-// tolerance by 1 + L / 16 (the residuals' rounding reaches dS through D = dout . out and is scaled
-// by q or k). For inputs in [-1, 1] and D <= 256, L / 16 stays below 0.4.
+// tolerance by (1 + L / 16) sqrt(max(1, Dv / 128)) (the residuals' rounding reaches dS through
+// D = dout . out, a sum of Dv products, and is scaled by q or k). For inputs in [-1, 1] and
+// D <= 256, L / 16 stays below 0.4.
 #pragma once
 
 #include <cstdint>

@@ -226,6 +226,10 @@ DenseSpec draw_dense(std::uint64_t seed, std::uint64_t index, const Limits& limi
       s.nonfinite.push_back(j);
     }
   }
+  // A soft cap saturates where |logit / cap| passes ~9: 1 - tanh^2 is then 0 in fp32 and tiny in
+  // the fp64 oracle, and an infinite dS times it is NaN in one and inf in the other. With
+  // non-finite inputs the cap stays where it does not saturate (no draw is spent on this).
+  if (!s.nonfinite.empty() && s.soft_cap && *s.soft_cap < 5) s.soft_cap = 5.0;
   if (rng.chance(0.1)) s.v_amp = rng.pick(std::vector<float>{0.01f, 4.f});
   for (auto& l : s.layout)
     if (rng.chance(0.15)) l = draw_layout(rng);

@@ -143,6 +143,7 @@ PagedSpec draw_paged(std::uint64_t seed, std::uint64_t index, const Limits& limi
     for (double& f : j.at) f = rng.real();
     s.nonfinite.push_back(j);
   }
+  if (!s.nonfinite.empty() && s.soft_cap && *s.soft_cap < 5) s.soft_cap = 5.0;  // as draw_dense
   s.return_lse = rng.chance(0.8);
   return s;
 }
