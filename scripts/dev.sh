@@ -154,9 +154,9 @@ case "${1:-help}" in
     echo "verify: the changing seed of this run is $seed"
     status=0
     "$build/cli/attnops" verify --fuzz --seed 1..8 --seed "$seed" --problems "${ATTNOPS_VERIFY_PROBLEMS:-30}" \
-      --seconds "${ATTNOPS_VERIFY_SECONDS:-300}" --progress 60 --json "$build/verify-cpu.json" || status=1
+      --seconds "${ATTNOPS_VERIFY_SECONDS:-170}" --progress 60 --json "$build/verify-cpu.json" || status=1
     "$build/cli/attnops" verify --fuzz --backends gpu --gpu-kernels auto,flash_subgroup,flash_rowwise,flash_decode,vanilla_gemm \
-      --seed 1..2 --seed "$seed" --problems 4 --work 262144 --gpu-work 262144 --seconds 120 --progress 60 \
+      --seed 1..2 --seed "$seed" --problems 4 --work 262144 --gpu-work 262144 --seconds 60 --progress 60 \
       --json "$build/verify-gpu.json" || status=1
     exit $status
     ;;
