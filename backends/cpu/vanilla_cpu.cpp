@@ -314,7 +314,7 @@ void Task::run() const {
   for (i64 r = 0; r < M; ++r) {
     float* o = w.row.get();
     const bool any = started[r / 64];
-    for (i64 e = 0; e < Dv; ++e) o[e] = any ? ot[e * Mp + r] * factor[r] : 0.f;
+    for (i64 e = 0; e < Dv; ++e) o[e] = any ? policy::scaled_out(ot[e * Mp + r], factor[r]) : 0.f;
     vanilla::store_row(
         o, Dv, p.dtype,
         static_cast<char*>(buffers.out.data()) + (((b * Tq + query(r)) * Hq + head(r)) * Dv) * es);
