@@ -17,5 +17,6 @@ Command add_run_command(CLI::App& root);
 Command add_info_command(CLI::App& root);
 Command add_demo_command(CLI::App& root);
 Command add_bench_command(CLI::App& root);
+Command add_verify_command(CLI::App& root);
 
 }  // namespace attnops::cli

@@ -62,13 +62,15 @@ int run_main(int argc, char** argv) {
   app.failure_message(failure_message);
   app.set_version_flag("--version", "attnops " ATTNOPS_VERSION);
   app.footer(
-      "Exit status: 0 success; 2 usage error or bad input (message on stderr starting with 'error:').\n"
+      "Exit status: 0 success; 2 usage error or bad input (message on stderr starting with 'error:');\n"
+      "verify: 1 when the fuzzer found a mismatch.\n"
       "Environment: ATTNOPS_LOG=dispatch prints one line per dispatch decision on stderr;\n"
       "ATTNOPS_FORCE_NATIVE=1 (true, yes) runs every call on the native backend.");
   std::vector<attnops::cli::Command> commands;
   try {
     commands = {attnops::cli::add_run_command(app), attnops::cli::add_info_command(app),
-                attnops::cli::add_demo_command(app), attnops::cli::add_bench_command(app)};
+                attnops::cli::add_demo_command(app), attnops::cli::add_bench_command(app),
+                attnops::cli::add_verify_command(app)};
   } catch (const CLI::Error& e) {  // a bug in our option declarations
     std::cerr << "error: internal: " << e.what() << "\n";
     return kExitError;

@@ -9,6 +9,8 @@
 #   bash scripts/dev.sh asan     # ASan+UBSan build (build-asan/: the build dir + -asan), every test
 #   bash scripts/dev.sh tsan     # TSan build of the library (build-tsan/), then the concurrency test
 #   bash scripts/dev.sh fuzz [S] # libFuzzer build (build-fuzz/, clang-14), each target for S s (60)
+#   bash scripts/dev.sh verify   # build, then the differential fuzzer (attnops verify) on CI's budget
+#   bash scripts/dev.sh coverage # --coverage build (build-coverage/), the tests + the fuzzer, gcovr report
 #
 # Environment: ATTNOPS_BUILD_DIR (default build/), ATTNOPS_CMAKE_ARGS (extra -D flags),
 # ATTNOPS_JOBS (default nproc).
@@ -29,6 +31,8 @@ deps=(cmake ninja-build g++ pkg-config
       openmpi-bin libopenmpi-dev)  # distributed attention over MPI (distributed/, tests/dist)
 # The fuzz targets need clang with libFuzzer and its OpenMP (the sanitizer builds use g++'s own runtimes).
 fuzz_deps=(clang-14 libclang-rt-14-dev libfuzzer-14-dev libomp-14-dev)
+# The coverage report (scripts/dev.sh coverage) reads gcc's .gcda files with gcovr.
+coverage_deps=(gcovr)
 
 install_packages() {
   local missing=()
@@ -100,8 +104,9 @@ case "${1:-help}" in
     # Without the command-line program, its tests and the examples: CLI11 makes the CLI the
     # costliest code to compile, the CLI and golden tests reach the library's code through the
     # same calls the library's own tests make, and the CLI's input parsers (.npy, YAML, bench
-    # files) are fuzzed under ASan in the fuzz stage. The test stage runs all of them.
-    sanitized_build "$dir" "-DATTNOPS_SANITIZE=address,undefined -DATTNOPS_BUILD_BENCH=OFF -DATTNOPS_BUILD_CLI=OFF -DATTNOPS_BUILD_EXAMPLES=OFF -DATTNOPS_TEST_PER_CASE=OFF -DATTNOPS_CPU_TIER_SET=host -DATTNOPS_WITH_MPI=OFF -DCMAKE_CXX_FLAGS_RELEASE=-O1"
+    # files) are fuzzed under ASan in the fuzz stage. The test stage runs all of them. Nor the
+    # differential fuzzer (verify/): its own code, checked in the test and verify stages.
+    sanitized_build "$dir" "-DATTNOPS_SANITIZE=address,undefined -DATTNOPS_BUILD_BENCH=OFF -DATTNOPS_BUILD_CLI=OFF -DATTNOPS_BUILD_VERIFY=OFF -DATTNOPS_BUILD_EXAMPLES=OFF -DATTNOPS_TEST_PER_CASE=OFF -DATTNOPS_CPU_TIER_SET=host -DATTNOPS_WITH_MPI=OFF -DCMAKE_CXX_FLAGS_RELEASE=-O1"
     export ATTNOPS_TEST_RANDOM_CASES="${ATTNOPS_TEST_RANDOM_CASES:-12}"
     ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 900 ${ATTNOPS_CTEST_ARGS:-}
     ;;
@@ -137,6 +142,45 @@ case "${1:-help}" in
          "$dir/corpus/$name" "$root/fuzz/corpus/$corpus") || failed+=("fuzz_$name")
     done
     [ ${#failed[@]} -eq 0 ] || { echo "fuzz: findings in ${failed[*]}" >&2; exit 1; }
+    ;;
+  verify)
+    # The differential fuzzer (README "Differential fuzzing") on the Release build, CI's budget
+    # (a few minutes on 2 cores): fixed seeds 1..8 and one seed that changes every hour, printed
+    # first (replay a failure with `attnops verify --replay SEED:CASE ...`, as its line says),
+    # every operator, forward and backward, cpu on every ISA tier this CPU runs and 1, 2, 3 and
+    # more threads than cores; then a lavapipe share (small problems, one forced kernel variant
+    # per case). --seconds caps each part on a slow machine (the summary says when it was hit).
+    build
+    seed=${ATTNOPS_VERIFY_SEED:-$(date -u +%Y%m%d%H)}
+    echo "verify: the changing seed of this run is $seed"
+    status=0
+    "$build/cli/attnops" verify --fuzz --seed 1..8 --seed "$seed" --problems "${ATTNOPS_VERIFY_PROBLEMS:-30}" \
+      --seconds "${ATTNOPS_VERIFY_SECONDS:-170}" --progress 60 --json "$build/verify-cpu.json" || status=1
+    "$build/cli/attnops" verify --fuzz --backends gpu --gpu-kernels auto,flash_subgroup,flash_rowwise,flash_decode,vanilla_gemm \
+      --seed 1..2 --seed "$seed" --problems 4 --work 262144 --gpu-work 262144 --seconds 60 --progress 60 \
+      --json "$build/verify-gpu.json" || status=1
+    exit $status
+    ;;
+  coverage)
+    # Line and branch coverage of backends/ and operators/ under the test suite plus the
+    # differential fuzzer: a --coverage build at -O1 in build-coverage/ (every ISA tier compiled;
+    # only those this CPU runs can be reached), every test, `attnops verify` as CI runs it, then
+    # gcovr (exception-only and unreachable branches left out). Reports in build-coverage/coverage/:
+    # summary.txt (per file), branches.txt, index.html (line by line), coverage.json.
+    install_packages "${coverage_deps[@]}"
+    dir=$build-coverage
+    sanitized_build "$dir" "-DCMAKE_CXX_FLAGS=--coverage -DCMAKE_EXE_LINKER_FLAGS=--coverage -DCMAKE_SHARED_LINKER_FLAGS=--coverage -DCMAKE_CXX_FLAGS_RELEASE=-O1 -DATTNOPS_BUILD_BENCH=OFF -DATTNOPS_BUILD_EXAMPLES=OFF -DATTNOPS_TEST_PER_CASE=OFF"
+    find "$dir" -name '*.gcda' -delete
+    ctest --test-dir "$dir" -j "$jobs" --timeout 1800 ${ATTNOPS_CTEST_ARGS:-} || echo "coverage: some tests failed (the report still counts what ran)"
+    "$dir/cli/attnops" verify --fuzz --seed 1..8 --problems "${ATTNOPS_VERIFY_PROBLEMS:-30}" --progress 120 --no-shrink || true
+    "$dir/cli/attnops" verify --fuzz --backends gpu,native --seed 1..2 --problems 5 --work 262144 --gpu-work 262144 --progress 120 --no-shrink || true
+    out=$dir/coverage
+    mkdir -p "$out"
+    gcov_args=(--root "$root" --object-directory "$dir" --filter "$root/backends/" --filter "$root/operators/"
+               --exclude-unreachable-branches --exclude-throw-branches -j "$jobs")
+    gcovr "${gcov_args[@]}" --txt "$out/summary.txt" --json "$out/coverage.json" --html-details "$out/index.html" --print-summary
+    gcovr "${gcov_args[@]}" --branches --txt "$out/branches.txt"
+    echo "coverage: $out/summary.txt (lines), $out/branches.txt (branches), $out/index.html"
     ;;
   bench)
     # libdnnl-dev: oneDNN's matmuls as the benchmarks' GEMM ceiling (opened at run time, and only

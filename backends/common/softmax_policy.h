@@ -47,6 +47,14 @@ inline T row_factor(T m, T l, const float* sink) {
   return T(1) / (l + std::exp(s - m));  // NaN sink or NaN m: NaN
 }
 
+// One output element: acc * factor, except that a factor of 0 (a fully masked row, or a +inf
+// sink that takes all the mass) gives 0 whatever the accumulator holds: every key of the row has
+// weight 0, so an infinity or NaN in a value (0 x inf) adds nothing, as in the oracle.
+template <class T>
+inline T scaled_out(T acc, T factor) {
+  return factor == T(0) ? T(0) : acc * factor;
+}
+
 // lse of a row: log sum over the visible keys of exp(s) (the sink is not part of it); -inf for
 // a fully masked row.
 template <class T>

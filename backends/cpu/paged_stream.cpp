@@ -148,7 +148,7 @@ inline const char* q_row(const PagedProblem& p, i64 n, i64 h) {
 void finalise_row(const StreamJob& job, const float* acc, float m, float l, i64 n, i64 hq, float* tmp) {
   const PagedProblem& p = job.p;
   const float factor = policy::row_factor(m, l, p.sinks ? p.sinks + hq : nullptr);
-  for (i64 c = 0; c < p.Dv; ++c) tmp[c] = acc[c] * factor;
+  for (i64 c = 0; c < p.Dv; ++c) tmp[c] = policy::scaled_out(acc[c], factor);
   const i64 es = static_cast<i64>(dtype_size(p.dtype));
   vanilla::store_row(tmp, p.Dv, p.dtype,
                      static_cast<char*>(job.buffers.out.data()) + (n * p.Hq + hq) * p.Dv * es);

@@ -165,6 +165,9 @@ void Backward::dq_task(Scratch& s, i64 b, i64 h, i64 qb) const {
         const Mask16 valid = low_bits(nr - l0);
         const float* bias_base = p.bias ? p.bias_row(b, h, i0 + l0) + j0 : nullptr;
         const V16 lzv = simd::load(lzq + l0), dv = simd::load(diq + l0);
+        // Rows with lz = +inf (fully masked, or a +inf sink's) contribute nothing, even where
+        // their dout is NaN or inf (P = 0 x NaN would be NaN).
+        const Mask16 live = valid & static_cast<Mask16>(~simd::eq(lzv, simd::set1(kInf)));
         for (i64 c = c_lo; c < c_hi; ++c) {
           float* sc = st + c * bqp + l0;
           V16 x = simd::mul(simd::load(sc), scale_s), t = simd::zero();
@@ -173,7 +176,7 @@ void Backward::dq_task(Scratch& s, i64 b, i64 h, i64 qb) const {
             x = simd::mul(capv, t);
           }
           if (bias_base) x = simd::add(x, simd::gather(bias_base + c, static_cast<std::int32_t>(Tk), valid));
-          Mask16 vis = valid & static_cast<Mask16>(~simd::eq(x, ninf));  // a -inf logit masks
+          Mask16 vis = live & static_cast<Mask16>(~simd::eq(x, ninf));  // a -inf logit masks
           if (partial) vis &= bits16(map.partial_col(blk.partial, c), l0);
           if (seg) vis &= simd::eq_i32(s.segq.get() + l0, segkv[j0 + c]);
           if (kbad) vism[c * kMaxNC + (n - n0)] = vis;
@@ -229,7 +232,9 @@ void row_statistics(const BackwardProblem& bp, std::vector<Scratch>& scratch, in
     for (i64 i = 0; i < Tq; ++i) {
       const i64 r = bh * Tq + i;
       const float lse = bp.lse[r];
-      if (lse == -kInf) {  // fully masked row: P = 0 everywhere
+      // A fully masked row, and a row whose +inf sink takes all the mass (its output is 0 whatever
+      // q, k and v are): P = 0 everywhere, zero gradients, nothing to dsinks.
+      if (lse == -kInf || (p.sinks && p.sinks[h] == kInf)) {
         lz[r] = kInf, di[r] = 0.f;
         continue;
       }

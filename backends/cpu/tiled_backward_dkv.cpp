@@ -145,7 +145,9 @@ void Backward::dkv_unit(Scratch& s, i64 b, i64 kvh, i64 kb) const {
           for (i64 n = n0; n < n0 + NC; ++n) {
             const i64 c0 = n * 16;
             const bool edge = n == kvec - 1 && last != 0xffffu;
-            Mask16 vis = n == kvec - 1 ? last : Mask16{0xffffu};
+            // A row with lz = +inf (fully masked, or a +inf sink's) contributes nothing, even
+            // where its dout is NaN or inf (P = 0 x NaN would be NaN).
+            Mask16 vis = lzr[r] == kInf ? Mask16{0} : n == kvec - 1 ? last : Mask16{0xffffu};
             if (partial) vis &= bits16(map.partial_row(cb.partial, r), c0);
             if (seg) vis &= simd::eq_i32(s.segk.get() + c0, qseg);
             float* sc = sp + r * bkp + c0;

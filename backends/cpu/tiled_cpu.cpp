@@ -387,17 +387,17 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
     switch (p.dtype) {
       case DType::f32: {
         float* o = x.buffers.out.data_as<float>() + obase;
-        for (i64 e = 0; e < Dv; ++e) o[e] = ot[e * bqp + r] * factor;
+        for (i64 e = 0; e < Dv; ++e) o[e] = policy::scaled_out(ot[e * bqp + r], factor);
         break;
       }
       case DType::f16: {
         std::uint16_t* o = x.buffers.out.data_as<std::uint16_t>() + obase;
-        for (i64 e = 0; e < Dv; ++e) o[e] = float_to_half_bits(ot[e * bqp + r] * factor);
+        for (i64 e = 0; e < Dv; ++e) o[e] = float_to_half_bits(policy::scaled_out(ot[e * bqp + r], factor));
         break;
       }
       default: {
         std::uint16_t* o = x.buffers.out.data_as<std::uint16_t>() + obase;
-        for (i64 e = 0; e < Dv; ++e) o[e] = float_to_bf16_bits(ot[e * bqp + r] * factor);
+        for (i64 e = 0; e < Dv; ++e) o[e] = float_to_bf16_bits(policy::scaled_out(ot[e * bqp + r], factor));
         break;
       }
     }

@@ -52,6 +52,8 @@ using simd::V16;
 using vanilla::i64;
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 i64 round16(i64 x) {
   return (x + 15) / 16 * 16;
@@ -209,7 +211,7 @@ void Task::run() const {
   }
 
   // Softmax down each lane's column; P^T unnormalised in st, 1 / denominator per lane in `factor`.
-  const bool cap = p.soft_cap.has_value();
+  const bool cap = p.soft_cap.has_value(), want_weights = buffers.weights.has_value();
   const float capf = cap ? static_cast<float>(*p.soft_cap) : 1.f;
   const V16 capv = simd::set1(capf), inv_capv = simd::set1(1.f / capf);
   float* factor = w.factor.get();
@@ -221,6 +223,9 @@ void Task::run() const {
       for (int l = 0; l < 16; ++l)
         brow[l] = l0 + l < M ? p.bias_row(b, head(l0 + l), query(l0 + l)) + lo : nullptr;
     V16 mx = simd::set1(kNegInf);
+    // Lanes with a NaN or +inf logit: their row is NaN (softmax_policy.h). Tracked only for the
+    // weights output, whose masked keys stay 0 in such a row as in any other (the oracle's).
+    Mask16 nan_row = 0;
     for (i64 c = c_lo[k]; c < c_hi[k]; ++c) {
       float* sc = st + c * Mp + l0;
       V16 x = simd::load(sc);
@@ -240,13 +245,19 @@ void Task::run() const {
       x = simd::select(vis, x, simd::set1(kNegInf));
       simd::store(sc, x);
       mx = simd::max(mx, x);
+      if (want_weights)
+        nan_row |= static_cast<Mask16>(static_cast<Mask16>(~simd::eq(x, x)) | simd::eq(x, simd::set1(kInf)));
     }
     // Lanes with nothing visible keep max -inf: shift by 0, so every exp is exp(-inf) = 0.
     const V16 shift = simd::select(simd::eq(mx, simd::set1(kNegInf)), simd::zero(), mx);
     V16 sum = simd::zero();
     for (i64 c = c_lo[k]; c < c_hi[k]; ++c) {
       float* sc = st + c * Mp + l0;
-      const V16 pr = simd::exp(simd::sub(simd::load(sc), shift));
+      const V16 x = simd::load(sc);
+      V16 pr = simd::exp(simd::sub(x, shift));
+      if (nan_row)  // a NaN row's keys: NaN, its masked ones (-inf) 0
+        pr = simd::select(nan_row,
+                          simd::select(simd::eq(x, simd::set1(kNegInf)), simd::zero(), simd::set1(kNaN)), pr);
       simd::store(sc, pr);
       sum = simd::add(sum, pr);
     }
@@ -269,7 +280,9 @@ void Task::run() const {
     for (i64 r = 0; r < M; ++r) {
       const i64 k = r / 64;
       float* dst = wts + ((b * Hq + head(r)) * Tq + query(r)) * Tk + lo;
-      for (i64 c = c_lo[k]; c < c_hi[k]; ++c) dst[c] = st[c * Mp + r] * factor[r];
+      // A weight of 0 stays 0 (a masked key of a NaN row: 0 x NaN would be NaN).
+      for (i64 c = c_lo[k]; c < c_hi[k]; ++c)
+        dst[c] = st[c * Mp + r] == 0.f ? 0.f : st[c * Mp + r] * factor[r];
     }
   }
 
@@ -301,7 +314,7 @@ void Task::run() const {
   for (i64 r = 0; r < M; ++r) {
     float* o = w.row.get();
     const bool any = started[r / 64];
-    for (i64 e = 0; e < Dv; ++e) o[e] = any ? ot[e * Mp + r] * factor[r] : 0.f;
+    for (i64 e = 0; e < Dv; ++e) o[e] = any ? policy::scaled_out(ot[e * Mp + r], factor[r]) : 0.f;
     vanilla::store_row(
         o, Dv, p.dtype,
         static_cast<char*>(buffers.out.data()) + (((b * Tq + query(r)) * Hq + head(r)) * Dv) * es);

@@ -247,7 +247,7 @@ void merge_row(const DecodeJob& job, AttentionBuffers& buffers, i64 b, i64 hk, i
     }
     // The sink takes probability mass (normaliser) but is not part of the lse.
     const float factor = policy::row_factor(M, L, p.sinks ? p.sinks + hq : nullptr);
-    for (i64 c = 0; c < Dv; ++c) o[c] *= factor;
+    for (i64 c = 0; c < Dv; ++c) o[c] = policy::scaled_out(o[c], factor);
     row_lse = policy::row_lse(M, L);
   }
   const i64 es = static_cast<i64>(dtype_size(p.dtype));

@@ -59,6 +59,9 @@ ReferenceGradients reference_backward_f64(const BackwardProblem& bp) {
           any = true;
         }
         if (!any) continue;  // fully masked row: zero dq, nothing to dk, dv, dsinks, dbias
+        // A +inf sink takes all the mass: the row's output is 0 whatever q, k and v are, so its
+        // gradients are 0 and it adds nothing to dsinks (p_sink would be inf / inf here).
+        if (p.sinks && p.sinks[h] == std::numeric_limits<float>::infinity()) continue;
 
         double denom = 0;
         for (std::int64_t j = 0; j < Tk; ++j)

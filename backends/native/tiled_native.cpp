@@ -138,7 +138,8 @@ void tiled_attention(const AttentionProblem& p, const BlockMap& map, AttentionBu
           const float factor = policy::row_factor(mr, lr, p.sinks ? p.sinks + h : nullptr);
           const std::int64_t obase = ((b * p.Tq + i) * p.Hq + h) * Dv;
           for (std::int64_t d = 0; d < Dv; ++d) {
-            const float o = empty ? 0.f : acc[static_cast<std::size_t>(r * Dv + d)] * factor;
+            const float o =
+                empty ? 0.f : policy::scaled_out(acc[static_cast<std::size_t>(r * Dv + d)], factor);
             store_from_float(buffers.out.data(), p.dtype, static_cast<std::size_t>(obase + d), o);
           }
           if (lse) lse[(b * p.Hq + h) * p.Tq + i] = policy::row_lse(mr, lr);

@@ -85,7 +85,7 @@ if has correctness; then
     --gtest_filter='TiledSteps*:TiledDeterminism*:*bf16*'
   if "$G/attnops" verify --help 2>&1 | grep -q -- '--fuzz'; then
     for isa in avx512 avx512bf16 amx; do
-      run "fuzz_$isa" 45 env ATTNOPS_CPU_ISA=$isa "$G/attnops" verify --fuzz --seed 7 --problems 300 --progress 0
+      run "fuzz_$isa" 45 "$G/attnops" verify --fuzz --tiers "$isa" --seed 7 --problems 300 --seconds 35 --progress 0
       tail -3 "$out/fuzz_$isa.log" | tee -a "$out/summary.txt"
     done
   else

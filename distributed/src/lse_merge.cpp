@@ -47,18 +47,24 @@ void RowState::merge(std::int64_t r0, const Tensor& out_in, const Tensor& lse, i
         a = l;
         continue;
       }
-      const float d = l - a;  // NaN propagates through both branches
-      float w;                // the new block's weight: sigmoid(l - a)
+      // The two weights, sigmoid(a - l) and sigmoid(l - a), each from its own exp so that neither
+      // is 1 - the other: a weight that is 0 in fp32 adds nothing (not 0 x inf = NaN: an infinite
+      // value in one part stays infinite, README Non-finite values), and NaN propagates.
+      const float d = l - a;
+      float wa, wb;
       if (d > 0) {
         const float x = std::exp(-d);
-        w = 1.f / (1.f + x);
+        wa = x / (1.f + x), wb = 1.f / (1.f + x);
         a = l + std::log1p(x);
       } else {
         const float x = std::exp(d);
-        w = x / (1.f + x);
+        wa = 1.f / (1.f + x), wb = x / (1.f + x);
         a = a + std::log1p(x);
       }
-      for (std::int64_t e = 0; e < Dv_; ++e) acc[e] += w * (blk[e] - acc[e]);
+      for (std::int64_t e = 0; e < Dv_; ++e) {
+        const float x = wa == 0.f ? 0.f : wa * acc[e], y = wb == 0.f ? 0.f : wb * blk[e];
+        acc[e] = x + y;
+      }
     }
   }
 }
@@ -74,7 +80,9 @@ void RowState::fold_sinks(const float* sinks) {
         if (a == kNegInf) continue;  // a row that sees no key: out 0 whatever the sink
         const float f = 1.f / (1.f + std::exp(sinks[h] - a));
         float* acc = o + ((b * rows_ + i) * Hq_ + h) * Dv_;
-        for (std::int64_t e = 0; e < Dv_; ++e) acc[e] *= f;
+        // A sink that takes all the mass (f = 0: a +inf sink) leaves out 0, even where the keys'
+        // part holds an infinity or a NaN from v (as the one-process kernels).
+        for (std::int64_t e = 0; e < Dv_; ++e) acc[e] = f == 0.f ? 0.f : acc[e] * f;
       }
 }
 

@@ -2,7 +2,7 @@
 // fp32 (the form of FlashAttention's online softmax and of ring-flash-attention's
 // update_out_and_lse):
 //   lse = lse_a + log1p(exp(lse_b - lse_a))           (for lse_a >= lse_b; symmetric)
-//   out = out_a + sigmoid(lse_b - lse_a) * (out_b - out_a)
+//   out = sigmoid(lse_a - lse_b) * out_a + sigmoid(lse_b - lse_a) * out_b   (a weight 0 adds nothing)
 // A block whose row saw nothing (lse -inf) changes nothing; a row that saw nothing anywhere ends
 // with out 0 and lse -inf; a NaN propagates to its row. Sinks are folded in once, at the end.
 #pragma once

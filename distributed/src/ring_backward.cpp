@@ -9,6 +9,7 @@
 // calls never run on native (DistributedAttention::backward checks ATTNOPS_FORCE_NATIVE).
 #include <cmath>
 #include <deque>
+#include <limits>
 
 #include "attnops/error.h"
 #include "dist_impl.h"
@@ -109,11 +110,16 @@ Tensor sink_gradients(Communicator& comm, const BackwardProblem& bp, const Tenso
   for (std::int64_t b = 0; b < p.B; ++b)
     for (std::int64_t i = 0; i < p.Tq; ++i)
       for (std::int64_t h = 0; h < p.Hq; ++h) {
+        // A fully masked row (the keys' own lse -inf) contributes nothing, even when its dout
+        // holds a NaN or an infinity (out 0 x dout NaN would be NaN).
+        if (bp.lse[(b * p.Hq + h) * p.Tq + i] == -std::numeric_limits<float>::infinity()) continue;
+        // Nor does a row whose +inf sink takes all the mass (its output is 0 whatever q, k, v).
+        if (p.sinks[h] == std::numeric_limits<float>::infinity()) continue;
         const std::int64_t at = ((b * p.Tq + i) * p.Hq + h) * p.Dv;
         double di = 0;
         for (std::int64_t e = 0; e < p.Dv; ++e)
           di += static_cast<double>(o[at + e]) * static_cast<double>(g[at + e]);
-        if (di == 0.0) continue;  // also a fully masked row (out 0)
+        if (di == 0.0) continue;
         const double ps =
             std::exp(static_cast<double>(p.sinks[h]) - static_cast<double>(l[(b * p.Hq + h) * p.Tq + i]));
         ds[static_cast<std::size_t>(h)] -= ps * di;

@@ -295,6 +295,66 @@ TEST_P(NonFinitePolicy, AgreesWithTheOracle) {
       }
 }
 
+// vanilla's attention weights under the same cases: a NaN row has NaN weights for the keys it
+// sees and 0 for the keys it does not (masked keys keep weight 0 in every row, as the oracle).
+class NonFiniteWeights : public ::testing::TestWithParam<Backend> {};
+
+TEST_P(NonFiniteWeights, AgreeWithTheOracle) {
+  const Backend backend = GetParam();
+  const OperationMetadata md = metadata_for("vanilla", backend);
+  if (const Availability a = registry().host().availability(backend, md.gpu); !a.available)
+    GTEST_SKIP() << backend_name(backend) << " is not available here: " << a.detail;
+  const Attention attn = registry().get("vanilla", md);
+  for (const PolicyCase& pc : policy_cases())
+    for (const Shape& s : kShapes)
+      for (DType dt : {DType::f32, DType::bf16}) {
+        SCOPED_TRACE(std::string(pc.name) + " " + s.name + " " + std::string(dtype_name(dt)) + " on " +
+                     std::string(backend_name(backend)));
+        Case c = make_policy_case(pc, s, dt);
+        c.options.return_weights = true;
+        const AttentionOutput got = attn(c.q, c.k, c.v, c.options);
+        ASSERT_EQ(got.decision.backend, backend);
+        ASSERT_TRUE(got.attention_weights.has_value());
+        const native::ReferenceResult want =
+            native::reference_attention_f64(make_problem(c.q, c.k, c.v, c.options, md), true);
+        EXPECT_TRUE(
+            agrees("weights", as_doubles(*got.attention_weights), want.weights, tolerance_for(dt).out));
+      }
+}
+
+// A NaN in the v of a key that segment ids hide from some rows of a full tile (the block map
+// sees the static mask only): those rows give the key weight 0 and stay finite, with and without
+// the weights output (vanilla's gpu path for weights multiplied P x v unguarded in full tiles).
+TEST_P(NonFiniteWeights, SegmentsKeepAMaskedKeysNaNOut) {
+  const Backend backend = GetParam();
+  const OperationMetadata md = metadata_for("vanilla", backend);
+  if (const Availability a = registry().host().availability(backend, md.gpu); !a.available)
+    GTEST_SKIP() << backend_name(backend) << " is not available here: " << a.detail;
+  const Attention attn = registry().get("vanilla", md);
+  CaseSpec spec;
+  spec.Tq = spec.Tk = 40, spec.Hq = 2, spec.Hkv = 1, spec.D = 8, spec.causal = false, spec.segments = true;
+  spec.sinks = true;
+  Case c = make_case(spec, 31);
+  for (std::int64_t d = 0; d < c.Dv; ++d) c.v.set(static_cast<std::size_t>(3 * c.Dv + d), kNaN);  // key 3
+  for (const bool weights : {false, true}) {
+    SCOPED_TRACE(std::string(weights ? "with" : "without") + " weights on " +
+                 std::string(backend_name(backend)));
+    c.options.return_weights = weights;
+    const AttentionOutput got = attn(c.q, c.k, c.v, c.options);
+    const native::ReferenceResult want =
+        native::reference_attention_f64(make_problem(c.q, c.k, c.v, c.options, md), weights);
+    EXPECT_TRUE(agrees("out", as_doubles(got.attention_outputs), want.out, tolerance_for(c.dtype).out));
+    if (weights) {
+      EXPECT_TRUE(
+          agrees("weights", as_doubles(*got.attention_weights), want.weights, tolerance_for(c.dtype).out));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, NonFiniteWeights,
+                         ::testing::Values(Backend::native, Backend::cpu, Backend::gpu),
+                         [](const auto& info) { return std::string(backend_name(info.param)); });
+
 INSTANTIATE_TEST_SUITE_P(OperatorsXBackends, NonFinitePolicy,
                          ::testing::Combine(::testing::Values("vanilla", "blocksparse", "flash_attn2"),
                                             ::testing::Values(Backend::native, Backend::cpu, Backend::gpu)),

@@ -132,8 +132,11 @@ uint row_lse_bits(float m, float l, bool poisoned) {
   if (poisoned) return NAN_BITS;
   return l == 0.0 ? NEG_INF_BITS : floatBitsToUint(m + log(l));
 }
-// The bits of out = acc * factor for a row (a NaN row writes NaN).
-uint out_bits(float acc, float factor, bool poisoned) { return poisoned ? NAN_BITS : floatBitsToUint(acc * factor); }
+// The bits of out = acc * factor for a row (a NaN row writes NaN; factor 0, a fully masked row or
+// a +inf sink's, writes 0 even where an infinite value made acc inf).
+uint out_bits(float acc, float factor, bool poisoned) {
+  return poisoned ? NAN_BITS : factor == 0.0 ? 0u : floatBitsToUint(acc * factor);
+}
 
 // 16-bit value h (low 16 bits) as float.
 float half_bits_to_float(uint h, uint dtype) {

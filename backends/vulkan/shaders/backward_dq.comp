@@ -50,7 +50,9 @@ void main() {
   const uint st = stat_index(b, h, i);
   const float lse = lse_f32[st];
   const uint gbase = g_row(b, i, h);
-  const bool empty = is_neg_inf_bits(lse);
+  // A fully masked row, or one whose +inf sink takes all the mass (output 0 whatever q, k, v):
+  // zero gradients, nothing to dk, dv or dsinks (lz = +inf marks it for the other passes).
+  const bool empty = is_neg_inf_bits(lse) || (has(FLAG_SINKS) && is_pos_inf_bits(sinks_f32[h]));
   float lz = POS_INF, delta = 0.0;
   if (!empty) {
     for (int d = 0; d < pc.Dv; ++d) delta += load_g(gbase + uint(d)) * load_o(gbase + uint(d));

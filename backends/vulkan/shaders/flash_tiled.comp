@@ -225,7 +225,8 @@ void main() {
   bool row_nan[RPT], out_nan[RPT];
   [[unroll]] for (uint r = 0; r < RPT; ++r) {
     const float factor = SPLIT == 0u ? row_factor(m[r], l[r], row_h[r]) : 1.0;
-    [[unroll]] for (uint k = 0; k < DV4; ++k) o_out[r * DV4 + k] = o[r][k] * factor;
+    // factor 0 (fully masked, or a +inf sink's row): 0 even where an infinite value made o inf.
+    [[unroll]] for (uint k = 0; k < DV4; ++k) o_out[r * DV4 + k] = factor == 0.0 ? vec4(0.0) : o[r][k] * factor;
     row_m[r] = m[r];
     row_l[r] = l[r];
     row_nan[r] = poisoned[r];

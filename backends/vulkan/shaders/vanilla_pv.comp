@@ -3,9 +3,11 @@
 // (P = scratch [B, Hq, Tq, Tk], the weights; unlisted tiles are all 0 and skipped). A workgroup
 // owns a 32-row x 32-column block of out for one (head, batch); per listed kv tile it stages P
 // [32 x 32] and V [32 keys x 32 columns] in shared memory and each invocation accumulates a
-// 4 x 4 block in registers. Where a key may be masked for some row (partial tiles, biases that
-// may be -inf) its value is multiplied in only where P != 0, so that NaN/Inf in a masked key's v
-// never leaks. gl_WorkGroupID = (q block * column blocks + column block, q head, batch).
+// 4 x 4 block in registers. A key's value is multiplied in only where P != 0, so that NaN/Inf in
+// the v of a key of weight 0 never leaks. That is every tile, not only the partial ones: a key of
+// a full tile has weight 0 when segment ids mask it, when its logit is -inf (a bias, an infinite
+// q or k) and when a +inf sink takes all the mass. gl_WorkGroupID = (q block * column blocks +
+// column block, q head, batch).
 #extension GL_GOOGLE_include_directive : require
 #extension GL_EXT_control_flow_attributes : require
 #include "attn_io.glsl"
@@ -44,14 +46,13 @@ void main() {
       vsh[r][c] = (jv < pc.Tk && d < pc.Dv) ? v_elem(v_at(b, jv, hk) + uint(d), DTYPE) : 0.0;
     }
     barrier();
-    const bool guarded = (entry & 1u) == 0u || has(FLAG_BIAS);
     [[unroll]] for (int k = 0; k < TK; ++k) {
       float a[4], bv[4];
       [[unroll]] for (int r = 0; r < 4; ++r) a[r] = ps[4 * ty + r][k];
       [[unroll]] for (int c = 0; c < 4; ++c) bv[c] = vsh[k][4 * tx + c];
       [[unroll]] for (int r = 0; r < 4; ++r)
         [[unroll]] for (int c = 0; c < 4; ++c)
-          acc[r][c] += a[r] * (guarded ? weighted_value(a[r], bv[c]) : bv[c]);  // weight 0: nothing
+          acc[r][c] += a[r] * weighted_value(a[r], bv[c]);  // weight 0: nothing
     }
   }
   [[unroll]] for (int r = 0; r < 4; ++r) {

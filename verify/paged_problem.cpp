@@ -1,0 +1,243 @@
+#include "verify/paged_problem.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <sstream>
+
+#include "verify/edges.h"
+
+namespace attnops::verify {
+
+namespace {
+
+using i64 = std::int64_t;
+
+i64 pages_of(i64 kv_len, i64 page_size) {
+  return (kv_len + page_size - 1) / page_size;
+}
+
+Tensor index_tensor(const std::vector<i64>& v, const std::vector<i64>& shape, bool i64_ids) {
+  Tensor t(i64_ids ? DType::i64 : DType::i32, shape);
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (i64_ids)
+      t.data_as<std::int64_t>()[i] = v[i];
+    else
+      t.data_as<std::int32_t>()[i] = static_cast<std::int32_t>(v[i]);
+  }
+  return t;
+}
+
+i64 frac_index(double f, i64 n) {
+  return std::min<i64>(n - 1, static_cast<i64>(f * static_cast<double>(n)));
+}
+
+}  // namespace
+
+i64 PagedSpec::rows() const {
+  i64 n = pad_rows;
+  for (const PagedSeq& q : seqs) n += q.q_len;
+  return n;
+}
+
+i64 PagedSpec::work() const {
+  i64 w = 0;
+  for (const PagedSeq& q : seqs) w += q.q_len * q.kv_len * Hq * (D + Dv);
+  return w;
+}
+
+std::string PagedSpec::describe() const {
+  std::ostringstream os;
+  os << "paged S=" << seqs.size() << " (q_len/kv_len";
+  for (const PagedSeq& q : seqs) os << " " << q.q_len << "/" << q.kv_len;
+  os << ") Hq=" << Hq << " Hkv=" << Hkv << " D=" << D << " Dv=" << Dv << " " << dtype_name(dtype)
+     << " page_size=" << page_size << " extra_pages=" << extra_pages;
+  if (num_seqs >= 0) os << " num_seqs=" << num_seqs;
+  if (pad_rows) os << " pad_rows=" << pad_rows;
+  if (shared_prefix) os << " shared_prefix";
+  if (index_i64) os << " i64_index";
+  if (strided_pool) os << " strided_pool";
+  os << (causal ? " causal" : " non-causal");
+  if (window) os << " window=(" << window->left << "," << window->right << ")";
+  if (chunk) os << " chunk=" << *chunk;
+  if (soft_cap) os << " soft_cap=" << *soft_cap;
+  if (sinks) os << " sinks";
+  if (scale) os << " scale=" << *scale;
+  if (kv_split_tokens) os << " kv_split_tokens=" << *kv_split_tokens;
+  if (q_amp != 1) os << " q_amp=" << q_amp;
+  for (const Injection& j : nonfinite)
+    os << " " << (std::isnan(j.value) ? "nan" : j.value > 0 ? "+inf" : "-inf") << "@" << j.tensor;
+  if (!return_lse) os << " no_lse";
+  return os.str();
+}
+
+PagedSpec draw_paged(std::uint64_t seed, std::uint64_t index, const Limits& limits) {
+  Rng rng = Rng::for_case(seed, index, kStreamPaged);
+  PagedSpec s;
+  s.seed = seed, s.index = index;
+  const double dt = rng.real();
+  s.dtype = dt < 0.5 ? DType::f32 : dt < 0.75 ? DType::f16 : DType::bf16;
+  s.Hq = rng.uniform(1, 8);
+  std::vector<i64> divisors;
+  for (i64 d = 1; d <= s.Hq; ++d)
+    if (s.Hq % d == 0) divisors.push_back(d);
+  s.Hkv = rng.pick(divisors);
+  ShapeContext ctx{s.Hq / s.Hkv, s.Hq, s.Hkv, 64, 64, 1, static_cast<i64>(dtype_size(s.dtype))};
+  s.D = draw_size(rng, kHeadDim, ctx, 1, 256);
+  s.Dv = rng.chance(0.7) ? s.D : draw_size(rng, kHeadDim, ctx, 1, 256);
+  if (!limits.head_dims.empty()) {
+    s.D = rng.pick(limits.head_dims);
+    s.Dv = rng.chance(0.7) ? s.D : rng.pick(limits.head_dims);
+  }
+  ctx.D = s.D, ctx.Dv = s.Dv;
+  s.page_size = draw_size(rng, kPage, ctx, 1, 128);
+  const i64 S = rng.chance(0.2) ? 1 : rng.uniform(1, 8);
+  const i64 cap = rng.log_uniform(std::max<i64>(1, limits.max_work >> 7), limits.max_work);
+  for (i64 i = 0; i < S; ++i) {
+    PagedSeq q;
+    q.kv_len = draw_size(rng, kSeqK, ctx, 0, limits.max_seq);
+    const double kind = rng.real();
+    if (kind < 0.35)
+      q.q_len = std::min<i64>(1, q.kv_len);  // decode
+    else if (kind < 0.5)
+      q.q_len = std::min<i64>(rng.uniform(2, 4), q.kv_len);  // speculative tokens
+    else if (kind < 0.75)
+      q.q_len = draw_size(rng, kSeqQ, ctx, 0, q.kv_len);  // chunked prefill
+    else
+      q.q_len = q.kv_len;  // prefill
+    // This sequence's share of the work cap: shorten its keys (a prefill keeps q_len = kv_len).
+    while (q.q_len * q.kv_len * s.Hq * (s.D + s.Dv) > cap / S && q.kv_len > 1) {
+      const bool prefill = q.q_len == q.kv_len;
+      q.kv_len = std::max<i64>(1, q.kv_len / 2);
+      q.q_len = prefill ? q.kv_len : std::min(q.q_len, q.kv_len);
+    }
+    s.seqs.push_back(q);
+  }
+  if (S > 1 && rng.chance(0.15)) s.num_seqs = rng.uniform(0, S - 1);
+  if (rng.chance(0.2)) s.pad_rows = rng.uniform(1, 5);
+  s.shared_prefix = S > 1 && rng.chance(0.3);
+  s.index_i64 = rng.chance(0.3);
+  s.strided_pool = rng.chance(0.2);
+  s.extra_pages = rng.chance(0.5) ? 0 : rng.uniform(1, 8);
+  s.table_extra = rng.chance(0.5) ? 0 : rng.uniform(1, 3);
+  s.causal = rng.chance(0.8);
+  if (rng.chance(0.25)) {
+    s.window = Window{draw_size(rng, kSeqK, ctx, 0, limits.max_seq), 0};
+    if (rng.chance(0.3)) s.window->right = draw_size(rng, kSeqK, ctx, 0, 64);
+  }
+  if (rng.chance(0.15)) s.chunk = draw_size(rng, kSeqK, ctx, 1, limits.max_seq);
+  if (rng.chance(0.15)) s.soft_cap = rng.pick(std::vector<double>{0.5, 5.0, 30.0});
+  s.sinks = rng.chance(0.2);
+  if (rng.chance(0.15)) s.scale = rng.pick(std::vector<double>{0.01, 0.3, 1.0});
+  if (rng.chance(0.5)) s.kv_split_tokens = draw_size(rng, kSplit, ctx, 1, 2048);
+  const double mode = rng.real();
+  if (mode < 0.1) {
+    s.q_amp = rng.pick(std::vector<float>{8.f, 30.f});
+  } else if (mode < 0.2 && limits.nonfinite) {
+    Injection j;
+    j.tensor = rng.pick(std::vector<char>{'q', 'k', 'v', 's'});
+    j.value = rng.pick(std::vector<float>{std::numeric_limits<float>::quiet_NaN(),
+                                          std::numeric_limits<float>::infinity(),
+                                          -std::numeric_limits<float>::infinity()});
+    for (double& f : j.at) f = rng.real();
+    s.nonfinite.push_back(j);
+  }
+  if (!s.nonfinite.empty() && s.soft_cap && *s.soft_cap < 5) s.soft_cap = 5.0;  // as draw_dense
+  s.return_lse = rng.chance(0.8);
+  return s;
+}
+
+PagedInputs materialize(const PagedSpec& s) {
+  Rng rng = Rng::for_case(s.seed, s.index, kStreamPagedValues);
+  PagedInputs in;
+  const i64 S = static_cast<i64>(s.seqs.size()), N = s.rows();
+  // Pages: each sequence's own, permuted through the pool, then the shared prefix.
+  i64 needed = 0;
+  for (const PagedSeq& q : s.seqs) needed += pages_of(q.kv_len, s.page_size);
+  const i64 P = std::max<i64>(1, needed + s.extra_pages);
+  std::vector<i64> perm(static_cast<std::size_t>(P));
+  std::iota(perm.begin(), perm.end(), 0);
+  for (i64 i = P - 1; i > 0; --i)
+    std::swap(perm[static_cast<std::size_t>(i)], perm[static_cast<std::size_t>(rng.uniform(0, i))]);
+  i64 next = 0, widest = 0;
+  for (const PagedSeq& q : s.seqs) {
+    std::vector<i64> pages;
+    for (i64 j = 0; j < pages_of(q.kv_len, s.page_size); ++j)
+      pages.push_back(perm[static_cast<std::size_t>(next++)]);
+    widest = std::max<i64>(widest, static_cast<i64>(pages.size()));
+    in.pages.push_back(pages);
+  }
+  if (s.shared_prefix)
+    for (i64 i = 1; i < S; ++i) {
+      const std::size_t m =
+          std::min(in.pages[0].size(), in.pages[static_cast<std::size_t>(i)].size()) / 2 + 1;
+      for (std::size_t j = 0;
+           j < m && j < in.pages[static_cast<std::size_t>(i)].size() && j < in.pages[0].size(); ++j)
+        in.pages[static_cast<std::size_t>(i)][j] = in.pages[0][j];
+    }
+  const i64 W = std::max<i64>(1, widest + s.table_extra);
+  std::vector<i64> table(static_cast<std::size_t>(S * W)), cu(static_cast<std::size_t>(S + 1)),
+      kv(static_cast<std::size_t>(S));
+  for (i64 i = 0; i < S; ++i) {
+    for (i64 j = 0; j < W; ++j) {
+      const auto& pg = in.pages[static_cast<std::size_t>(i)];
+      // Columns past the sequence's pages: garbage, out of the pool's range too.
+      table[static_cast<std::size_t>(i * W + j)] =
+          j < static_cast<i64>(pg.size()) ? pg[static_cast<std::size_t>(j)] : rng.uniform(-3, P + 1000);
+    }
+    cu[static_cast<std::size_t>(i + 1)] =
+        cu[static_cast<std::size_t>(i)] + s.seqs[static_cast<std::size_t>(i)].q_len;
+    kv[static_cast<std::size_t>(i)] = s.seqs[static_cast<std::size_t>(i)].kv_len;
+  }
+  in.cu = index_tensor(cu, {S + 1}, s.index_i64);
+  in.kv_lens = index_tensor(kv, {S}, s.index_i64);
+  in.page_table = index_tensor(table, {S, W}, s.index_i64);
+  in.batch = RaggedBatch{in.cu, in.kv_lens, in.page_table, s.num_seqs};
+
+  const auto values = [&](i64 n, float amp) {
+    std::vector<float> v(static_cast<std::size_t>(n));
+    for (float& x : v) x = static_cast<float>(rng.real(-amp, amp));
+    return v;
+  };
+  std::vector<float> qv = values(N * s.Hq * s.D, s.q_amp), kvals = values(P * s.page_size * s.Hkv * s.D, 1),
+                     vvals = values(P * s.page_size * s.Hkv * s.Dv, 1);
+  if (s.sinks) {
+    in.sinks = Tensor(DType::f32, {s.Hq});
+    for (i64 h = 0; h < s.Hq; ++h)
+      in.sinks->set(static_cast<std::size_t>(h), static_cast<float>(rng.real(-2, 2)));
+    in.options.softmax_aux = in.sinks->view();
+  }
+  for (const Injection& j : s.nonfinite) {
+    std::vector<float>* target = j.tensor == 'q'   ? &qv
+                                 : j.tensor == 'k' ? &kvals
+                                 : j.tensor == 'v' ? &vvals
+                                                   : nullptr;
+    if (target && !target->empty())
+      (*target)[static_cast<std::size_t>(frac_index(j.at[0], static_cast<i64>(target->size())))] = j.value;
+    if (j.tensor == 's' && in.sinks)
+      in.sinks->set(static_cast<std::size_t>(frac_index(j.at[0], s.Hq)), j.value);
+  }
+  in.q = Tensor(s.dtype, {N, s.Hq, s.D});
+  for (std::size_t i = 0; i < qv.size(); ++i) in.q.set(i, qv[i]);
+  StorageLayout l;
+  if (s.strided_pool) {
+    l.strided = true;
+    l.pad = {1, 0, 1};
+    l.offset = 3;
+  }
+  in.pools.push_back(place(s.dtype, {P, s.page_size, s.Hkv, s.D}, l, kvals));
+  in.pools.push_back(place(s.dtype, {P, s.page_size, s.Hkv, s.Dv}, l, vvals));
+  in.cache = PagedKVCache::wrap(in.pools[0].view, in.pools[1].view);
+
+  PagedAttentionOptions& o = in.options;
+  o.causal = s.causal;
+  o.sliding_window = s.window;
+  o.chunk_size = s.chunk;
+  o.logits_soft_cap = s.soft_cap;
+  o.return_lse = s.return_lse;
+  o.kv_split_tokens = s.kv_split_tokens;
+  return in;
+}
+
+}  // namespace attnops::verify
