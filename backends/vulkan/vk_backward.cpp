@@ -114,6 +114,49 @@ std::uint64_t bytes4(std::int64_t elements) {
   return static_cast<std::uint64_t>(elements) * 4u;
 }
 
+// Rows of q, k, v, dout are whole 16-byte vectors: the shaders' four-at-a-time paths (FLAG_VEC).
+bool whole_vectors(const AttentionProblem& p) {
+  const std::size_t es = dtype_size(p.dtype);
+  return static_cast<std::size_t>(p.D) * es % 16 == 0 && static_cast<std::size_t>(p.Dv) * es % 16 == 0;
+}
+
+// llvmpipe (lavapipe) ends every loop of an invocation once it has run 65535 loop iterations in
+// all (LP_MAX_TGSI_LOOP_ITERATIONS, shared by all the shader's loops): the rest of the row's keys
+// and of the final write loop are skipped silently, leaving gradients unwritten. An upper bound of
+// the iterations of one dq / dk-dv invocation, so that such problems go to the cpu instead. The
+// vector paths' loop over the four lanes is counted; the row ops' loops over the 16-bit pairs of
+// a vector are unrolled (measured: a bf16 key of D = Dv = 32 is cut off after 11000-12000 rows).
+std::uint64_t backward_loop_iterations(const BackwardProblem& bp, bool vec) {
+  const AttentionProblem& p = bp.fwd;
+  const std::uint64_t D = static_cast<std::uint64_t>(p.D), Dv = static_cast<std::uint64_t>(p.Dv);
+  const std::uint64_t elems = 16 / dtype_size(p.dtype);
+  const auto step = [&](std::uint64_t n) { return (n + elems - 1) / elems; };  // 16-byte steps of a row
+  const auto blocks = [](std::int64_t t) { return static_cast<std::uint64_t>((t + kTile - 1) / kTile); };
+  const std::uint64_t nq = blocks(p.Tq), nk = blocks(p.Tk);
+  const std::uint64_t seg_scan = p.has_segments() ? kTile : 0;
+  // dq: one row against every key of its map row.
+  const std::uint64_t keys = nk * kTile;
+  const std::uint64_t dq = 3 * D + 2 * Dv + nk * (1 + seg_scan) +
+                           (vec ? keys / 4 * (5 + 2 * step(D) + step(Dv)) : keys * (1 + 2 * D + Dv));
+  // dk/dv: one key against every row of its map column (a partial tile scans its rows' mask
+  // parameters), for each q head of its group and every batch / kv head a broadcast bias folds
+  // onto it.
+  const bool bias = p.bias != nullptr;
+  const std::uint64_t outer = (bias && bp.bias_B == 1 && p.B > 1 ? static_cast<std::uint64_t>(p.B) : 1u) *
+                              (bias && bp.bias_H == 1 && p.Hkv > 1 ? static_cast<std::uint64_t>(p.Hkv) : 1u);
+  const std::uint64_t group = static_cast<std::uint64_t>(p.Hq / std::max<std::int64_t>(p.Hkv, 1));
+  const std::uint64_t rows = nq * kTile;
+  const std::uint64_t dkdv =
+      outer * (2 + 3 * (D + Dv) +
+               group * (1 + nq * (1 + kTile + seg_scan) +
+                        (vec ? rows / 4 * (5 + 2 * step(D) + 2 * step(Dv)) : rows * (1 + 2 * D + 2 * Dv))));
+  return std::max(dq, dkdv);
+}
+
+// The bound can undercount the loops the compiled shader runs by a few percent (a dq row of D 32,
+// Dv 13 is cut off between 800 and 810 keys, where the bound says 62.6k and 65.0k): a margin.
+constexpr std::uint64_t kSoftwareLoopBudget = 65535u * 4u / 5u;
+
 }  // namespace
 
 std::optional<Reason> backward_limits_reason(const BackwardProblem& bp, const rt::PhysicalDevice& pd) {
@@ -154,6 +197,13 @@ std::optional<Reason> backward_limits_reason(const BackwardProblem& bp, const rt
     if (bytes / 2 > static_cast<std::uint64_t>(std::numeric_limits<std::int32_t>::max()))
       return feature(std::string(name) + " has more than 2^31 elements");
   }
+  if (pd.info.software) {
+    const std::uint64_t loops = backward_loop_iterations(bp, whole_vectors(p));
+    if (loops > kSoftwareLoopBudget)
+      return feature(
+          "a backward invocation would run up to " + std::to_string(loops) +
+          " loop iterations, over the software device's limit (llvmpipe stops every loop after 65535)");
+  }
   const std::int64_t nk = (p.Tk + kBlockK - 1) / kBlockK;
   const auto& g = pd.caps.max_group_count;
   if (nk > g[0] || p.Hkv > g[1] || p.B > g[2] || p.Hq > g[0])
@@ -189,8 +239,7 @@ void launch_backward(const BackwardProblem& bp, const GpuSettings& settings, Gra
   BackwardPush pc{};
   fill_problem_push(p, param_mask(p.mask), pc);
   const std::size_t es = dtype_size(p.dtype);
-  if (static_cast<std::size_t>(p.D) * es % 16 == 0 && static_cast<std::size_t>(p.Dv) * es % 16 == 0)
-    pc.flags |= kVec;
+  if (whole_vectors(p)) pc.flags |= kVec;
   pc.bias_B = static_cast<std::int32_t>(std::max<std::int64_t>(bp.bias_B, 1));
   pc.bias_H = static_cast<std::int32_t>(std::max<std::int64_t>(bp.bias_H, 1));
   pc.map_heads = static_cast<std::int32_t>(bm.heads);

@@ -1,4 +1,5 @@
 // The distributed handles (DistributedAttention), their registry entries and their decisions.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -242,11 +243,17 @@ DistGradients DistributedAttention::backward(Communicator& comm, const TensorVie
   const bool ring = name_ == "ring";
   std::string extra = ring ? std::string() : ulysses_heads_error(q, k, comm.size());
   int code = static_cast<int>(ErrorCode::invalid_argument);
-  if (ring && comm.size() > 1 && force_native()) {
-    extra =
-        "ring: ATTNOPS_FORCE_NATIVE runs the native backward, which recomputes each block's own softmax "
-        "instead of reading the global lse; the ring backward needs the cpu or gpu backward (ulysses runs "
-        "any backend)";
+  // The local backward never runs on native (get above): with native forced, or with every other
+  // backend disabled by the config, no local call could run; say why instead of the dispatcher's
+  // "disabled by config" for native.
+  const std::vector<Backend>& off = local_.op().metadata().disabled_backends;
+  const auto disabled = [&](Backend b) { return std::find(off.begin(), off.end(), b) != off.end(); };
+  const bool native_only = disabled(Backend::cpu) && disabled(Backend::gpu);
+  if (ring && comm.size() > 1 && (force_native() || native_only)) {
+    extra = std::string("ring: ") +
+            (force_native() ? "ATTNOPS_FORCE_NATIVE runs" : "the config (disabled_backends) leaves only") +
+            " the native backward, which recomputes each block's own softmax instead of reading the global "
+            "lse; the ring backward needs the cpu or gpu backward (ulysses runs any backend)";
     code = static_cast<int>(ErrorCode::unsupported_feature);
   }
   detail::PreparedBackward in =

@@ -291,6 +291,24 @@ TEST(DistErrors, RingBackwardRefusesTheForcedNativeBackward) {
   attnops::reload_environment();
 }
 
+// The same refusal when the config leaves only native (every other backend disabled), instead of
+// a backend_unavailable whose reasons all say "disabled by config".
+TEST(DistErrors, RingBackwardRefusesANativeOnlyConfig) {
+  const auto c = small_case(2, 1);
+  Config cfg;
+  cfg.backends = std::vector<Backend>{Backend::native};
+  cfg.disabled_backends = std::vector<Backend>{Backend::cpu, Backend::gpu, Backend::tpu};
+  expect_every_rank_throws(2, ErrorCode::unsupported_feature, "disabled_backends", [&](Communicator& comm) {
+    const auto ring = get("ring", cfg);
+    const ShardLayout l = ring.layout_for({}, 24, 2);
+    const Tensor q = shard(c.q, l, comm.rank()), k = shard(c.k, l, comm.rank()),
+                 v = shard(c.v, l, comm.rank());
+    const DistOutput o = ring(comm, q, k, v);  // the forward runs (on native)
+    const Tensor dout = attnops::testing::random_tensor(DType::f32, {1, 12, 2, 8}, 2);
+    ring.backward(comm, q, k, v, o, dout);
+  });
+}
+
 // ---- registry entries ------------------------------------------------------------------
 
 TEST(DistRegistry, EntriesRunAsOneRankAndNameTheirKernel) {

@@ -259,6 +259,53 @@ TEST_F(VulkanBackward, OperatorsUnderTheDispatcherAndFallbackToCpu) {
   }
 }
 
+// Whether the device the tests run on is a software one (lavapipe): every qualifying device is.
+bool software_device() {
+  bool any = false, all = true;
+  for (const GpuDeviceInfo& d : vulkan::list_devices(software_ok()))
+    if (d.qualifies) any = true, all = all && d.software;
+  return any && all;
+}
+
+// llvmpipe stops every loop of an invocation after 65535 iterations in all, silently: a dq row
+// over ~800 keys (D 32, Dv 13: no four-at-a-time path) or a dk/dv key over ~800 rows (~11000 on
+// the four-at-a-time path) kept stale gradient elements. On a software device such problems go to the cpu
+// (the gate names the limit); one just under the bound still runs on the gpu. Every result matches the
+// oracle.
+TEST_F(VulkanBackward, LongRowsOverTheSoftwareLoopLimitGoToTheCpu) {
+  const bool software = software_device();
+  Registry r;
+  register_builtin_operators(r);
+  const Attention attn = r.get("flash_attn2", gpu_first());
+  struct Shape {
+    std::int64_t Tq, Tk, Dv;
+    DType dtype;
+    bool causal, over;
+  };
+  // Row by row (Dv 13), then four at a time (bf16, D = Dv = 32: a key is cut off past ~11000 rows).
+  for (const Shape s :
+       {Shape{1, 900, 13, DType::f16, true, true}, Shape{900, 3, 13, DType::f16, false, true},
+        Shape{1, 640, 13, DType::f16, true, false}, Shape{14000, 1, 32, DType::bf16, false, true},
+        Shape{6000, 1, 32, DType::bf16, false, false}}) {
+    const Case c =
+        make_case(Spec().shape(1, s.Tq, s.Tk).heads(1, 1).dim(32, s.Dv).dtype(s.dtype).causal(s.causal), 16);
+    SCOPED_TRACE(c.describe());
+    const AttentionOutput fwd = attn(c.q, c.k, c.v, c.options);
+    const Tensor dout = random_tensor(s.dtype, {1, s.Tq, 1, s.Dv}, 17);
+    const BackwardProblem bp = make_backward_problem(c.q, c.k, c.v, fwd.attention_outputs, *fwd.lse, dout,
+                                                     c.options, attn.op().metadata());
+    const AttentionGradients g = attn.backward(c.q, c.k, c.v, fwd, dout, c.options);
+    EXPECT_TRUE(gradients_match(bp, native::reference_backward_f64(bp), g));
+    const bool refused = software && s.over;
+    EXPECT_EQ(g.decision.backend, refused ? Backend::cpu : Backend::gpu) << g.decision.to_log_line();
+    const auto why = vulkan::check_backward_inputs(bp, software_ok());
+    EXPECT_EQ(why.has_value(), refused) << (why ? why->detail : "runs on the gpu");
+    if (why) {
+      EXPECT_NE(why->detail.find("loop iterations"), std::string::npos) << why->detail;
+    }
+  }
+}
+
 // A head dim the shaders do not take is rejected by the gate (unsupported_feature) and the
 // backward runs on the cpu.
 TEST_F(VulkanBackward, HeadDimOverTheLimitGoesToTheCpu) {
