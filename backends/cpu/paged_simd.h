@@ -15,8 +15,10 @@
 // rows or keys share its tiles: the shared-prefix items and the unshared ones agree bit for bit.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "attnops/dtype.h"
 #include "attnops/kv_quant.h"
@@ -109,10 +111,10 @@ inline V16 load(const void* row, i64 at, int w) {
       for (int l = 0; l < w; ++l) f[l] = t[p[l]];
       return simd::load(f);
     } else {
+      if (w == 16) return KT == DType::i8 ? i8x16(p) : fp8x16(p);
       std::uint8_t tmp[16];
-      if (w < 16) bytes16(p, w, tmp);
-      const void* src = w < 16 ? static_cast<const void*>(tmp) : static_cast<const void*>(p);
-      return KT == DType::i8 ? i8x16(src) : fp8x16(src);
+      bytes16(p, w, tmp);
+      return KT == DType::i8 ? i8x16(tmp) : fp8x16(tmp);
     }
   }
 }
@@ -159,6 +161,34 @@ inline void reduce4(const V16* a, int n, float* out) {
 }
 #endif
 
+// Prefetches byte ranges of K and V rows (n rows each: krows[j] + koff, kbytes; then vrows[j] +
+// voff, vbytes) into L2 a few cache lines at a time, in order, at each step of a score loop:
+// spread over the work the requests never pile up (a burst of hundreds of prefetches left the
+// next block's loads waiting on memory all the same), and rows in address order are what the
+// hardware's stream prefetchers follow.
+struct Prefetcher {
+  const char* const* krows = nullptr;
+  const char* const* vrows = nullptr;
+  i64 koff = 0, voff = 0, kbytes = 0, vbytes = 0;
+  i64 n = 0;             // rows of each pool
+  i64 per_step = 0;      // lines per step
+  i64 row = 0, off = 0;  // the cursor: row < n in K, then n + row in V
+  i64 lines() const { return n * ((kbytes + 63) / 64 + (vbytes + 63) / 64); }
+  void pace(i64 steps) { per_step = (lines() + steps - 1) / std::max<i64>(steps, 1); }
+  void step() {
+    for (i64 x = 0; x < per_step && row < 2 * n; ++x) {
+      const bool k = row < n;
+      __builtin_prefetch((k ? krows[row] + koff : vrows[row - n] + voff) + off, 0, 2);
+      off += 64;
+      if (off >= (k ? kbytes : vbytes)) off = 0, ++row;
+    }
+  }
+  void finish() {
+    per_step = i64{1} << 40;
+    step();
+  }
+};
+
 // Register blocking: accumulators (V16) per dot tile (rows x keys, <= 4 scores) and per pv tile
 // (rows x column slices): a V16 is 1 zmm (32 registers), 2 ymm (16) or 4 xmm (16).
 #if ATTNOPS_SIMD_LEVEL >= 2
@@ -175,14 +205,25 @@ inline void dot_tile(const float* Q, i64 ldq, const char* const* krows, i64 koff
   V16 a[RR * KK][kDotChains];
   for (int x = 0; x < RR * KK; ++x)
     for (int c = 0; c < kDotChains; ++c) a[x][c] = simd::zero();
+  // Whole chunks of 16 on the kDotChains chains in turn (indices the compiler sees: the
+  // accumulators stay in registers), then the tail on chain 0.
   i64 d = 0;
-  for (int chunk = 0; d < D; d += 16, chunk = (chunk + 1) % kDotChains) {
+  for (; d + 16 * kDotChains <= D; d += 16 * kDotChains)
+    for (int c = 0; c < kDotChains; ++c) {
+      V16 kv[KK];
+      for (int j = 0; j < KK; ++j) kv[j] = load<KT, Exact>(krows[j] + koff, d + 16 * c, 16);
+      for (int r = 0; r < RR; ++r) {
+        const V16 q = simd::load(Q + r * ldq + d + 16 * c);
+        for (int j = 0; j < KK; ++j) a[r * KK + j][c] = simd::fma(q, kv[j], a[r * KK + j][c]);
+      }
+    }
+  for (; d < D; d += 16) {
     const int w = vanilla::lanes_left(D - d);
     V16 kv[KK];
     for (int j = 0; j < KK; ++j) kv[j] = load<KT, Exact>(krows[j] + koff, d, w);
     for (int r = 0; r < RR; ++r) {
-      const V16 q = w == 16 ? simd::load(Q + r * ldq + d) : simd::load_n(Q + r * ldq + d, w);
-      for (int j = 0; j < KK; ++j) a[r * KK + j][chunk] = simd::fma(q, kv[j], a[r * KK + j][chunk]);
+      const V16 q = simd::load_n(Q + r * ldq + d, w);
+      for (int j = 0; j < KK; ++j) a[r * KK + j][0] = simd::fma(q, kv[j], a[r * KK + j][0]);
     }
   }
   V16 t[4];
@@ -199,16 +240,23 @@ inline void dot_tile(const float* Q, i64 ldq, const char* const* krows, i64 koff
 // s[r * lds + j] = Q_r . k_j for r < R, j < n: the keys' rows at krows[j] + koff (bytes), D
 // elements of dtype KT; Q fp32 rows ldq apart. Rows in tiles of four from row 0 (one key at a
 // time), or, for one or two rows, tiles over four or two keys.
+// The steps dot_block takes (its tiles): what a Prefetcher's rate is sized for.
+inline i64 dot_steps(i64 R, i64 n) {
+  if (R == 1) return n / 4 + n % 4;
+  if (R == 2) return n / 2 + n % 2;
+  return (R + 3) / 4 * n;
+}
+
 template <DType KT, bool Exact>
 void dot_block(const float* Q, i64 ldq, i64 R, const char* const* krows, i64 koff, i64 n, i64 D, float* s,
-               i64 lds) {
+               i64 lds, Prefetcher& pf) {
   if (R <= 2) {
     i64 j = 0;
     if (R == 1)
-      for (; j + 4 <= n; j += 4) dot_tile<KT, Exact, 1, 4>(Q, ldq, krows + j, koff, D, s + j, lds);
+      for (; j + 4 <= n; j += 4, pf.step()) dot_tile<KT, Exact, 1, 4>(Q, ldq, krows + j, koff, D, s + j, lds);
     else
-      for (; j + 2 <= n; j += 2) dot_tile<KT, Exact, 2, 2>(Q, ldq, krows + j, koff, D, s + j, lds);
-    for (; j < n; ++j) {
+      for (; j + 2 <= n; j += 2, pf.step()) dot_tile<KT, Exact, 2, 2>(Q, ldq, krows + j, koff, D, s + j, lds);
+    for (; j < n; ++j, pf.step()) {
       if (R == 1)
         dot_tile<KT, Exact, 1, 1>(Q, ldq, krows + j, koff, D, s + j, lds);
       else
@@ -220,7 +268,7 @@ void dot_block(const float* Q, i64 ldq, i64 R, const char* const* krows, i64 kof
     const float* q = Q + r0 * ldq;
     float* o = s + r0 * lds;
     const i64 rr = R - r0 >= 4 ? 4 : R - r0;
-    for (i64 j = 0; j < n; ++j) {
+    for (i64 j = 0; j < n; ++j, pf.step()) {
       switch (rr) {
         case 4:
           dot_tile<KT, Exact, 4, 1>(q, ldq, krows + j, koff, D, o + j, lds);
@@ -253,16 +301,27 @@ inline void pv_tile(const float* P, i64 ldp, const char* const* vrows, i64 voff,
   V16 a[RR][CV];
   for (int r = 0; r < RR; ++r)
     for (int u = 0; u < CV; ++u) a[r][u] = simd::load_n(acc + r * ldacc + c0 + 16 * u, w[u]);
-  for (i64 j = 0; j < n; ++j) {
-    const char* v = vrows[j] + voff;
+  // Whole slices load with a constant width (no call for a short row's copy in the loop: it
+  // would make the compiler keep the accumulators on the stack around it).
+  const auto step = [&](const char* v, const float* p, auto full) {
     V16 vv[CV];
-    for (int u = 0; u < CV; ++u) vv[u] = w[u] ? load<KT, Exact>(v, c0 + 16 * u, w[u]) : simd::zero();
+    for (int u = 0; u < CV; ++u) {
+      if constexpr (decltype(full)::value)
+        vv[u] = load<KT, Exact>(v, c0 + 16 * u, 16);
+      else
+        vv[u] = w[u] ? load<KT, Exact>(v, c0 + 16 * u, w[u]) : simd::zero();
+    }
     for (int r = 0; r < RR; ++r) {
-      const float pr = P[r * ldp + j];
+      const float pr = p[r * ldp];
       if (kSkipZeros && pr == 0.f) continue;
       const V16 pj = simd::set1(pr);
       for (int u = 0; u < CV; ++u) a[r][u] = simd::fma(pj, vv[u], a[r][u]);
     }
+  };
+  if (c0 + 16 * CV <= Dv) {
+    for (i64 j = 0; j < n; ++j) step(vrows[j] + voff, P + j, std::true_type{});
+  } else {
+    for (i64 j = 0; j < n; ++j) step(vrows[j] + voff, P + j, std::false_type{});
   }
   for (int r = 0; r < RR; ++r)
     for (int u = 0; u < CV; ++u) simd::store_n(acc + r * ldacc + c0 + 16 * u, a[r][u], w[u]);
