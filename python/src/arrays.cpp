@@ -33,6 +33,8 @@ DType numpy_dtype(char kind, int size, bool uint16_is_bf16, const char* name, py
   std::string msg = std::string(name) + ": numpy dtype " + std::string(py::str(descr)) +
                     " is not supported (attnops stores float32, float16 and bf16; segment ids int32 / int64)";
   if (kind == 'u' && size == 2) msg += "; a uint16 array holding bf16 bit patterns needs dtype=\"bf16\"";
+  if (kind == 'u' && size == 1)
+    msg += "; a uint8 array of KV pages holding e4m3 bit patterns needs dtype=\"fp8_e4m3\"";
   if (kind == 'f' && size == 8) msg += "; convert with .astype(numpy.float32)";
   fail(ErrorCode::unsupported_dtype, msg);
 }

@@ -77,17 +77,35 @@ DType cache_dtype_arg(py::handle obj) {
 }
 
 // A pool argument (writable: write() writes into it): int8 arrays are int8 codes; with dtype
-// "fp8_e4m3", a uint8 array (numpy or
-// torch) holds e4m3 bit patterns (viewed as int8, no copy, and retyped). `obj` becomes the object
-// that holds the memory.
+// "fp8_e4m3", a uint8 array (numpy or torch) holds e4m3 bit patterns (viewed as int8, no copy,
+// and retyped). `obj` becomes the object that holds the memory.
 BorrowedTensor borrow_pool(py::object& obj, const char* name, std::optional<DType> dtype) {
   if (dtype == DType::fp8_e4m3) {
+    // Only one-byte arrays: viewing wider elements as int8 would silently read their bytes as codes.
     py::object as_i8;
-    if (is_torch_tensor(obj))
-      as_i8 = obj.attr("view")(py::module_::import("torch").attr("int8"));
-    else
-      as_i8 = py::module_::import("numpy").attr("asarray")(obj).attr("view")(
-          py::module_::import("numpy").attr("int8"));
+    std::string held;
+    if (is_torch_tensor(obj)) {
+      const py::object torch = py::module_::import("torch");
+      const py::object dt = obj.attr("dtype");
+      if (dt.equal(torch.attr("uint8")) ||
+          (py::hasattr(torch, "float8_e4m3fn") && dt.equal(torch.attr("float8_e4m3fn"))))
+        as_i8 = obj.attr("view")(torch.attr("int8"));
+      else
+        held = py::str(dt);
+    } else {
+      const py::object np = py::module_::import("numpy");
+      const py::object arr = np.attr("asarray")(obj);
+      const py::object dt = arr.attr("dtype");
+      if (dt.equal(np.attr("dtype")("uint8")))
+        as_i8 = arr.attr("view")(np.attr("int8"));
+      else
+        held = py::str(dt);
+    }
+    if (!held.empty())
+      throw Error(ErrorCode::unsupported_dtype, std::string(name) +
+                                                    ": dtype=\"fp8_e4m3\" takes uint8 arrays of e4m3 bit "
+                                                    "patterns, got " +
+                                                    held);
     BorrowedTensor b = borrow_writable(as_i8, name, false);
     std::vector<std::int64_t> strides;
     for (int i = 0; i < b.view.rank(); ++i) strides.push_back(b.view.stride(i));
@@ -95,7 +113,12 @@ BorrowedTensor borrow_pool(py::object& obj, const char* name, std::optional<DTyp
     obj = std::move(as_i8);
     return b;
   }
-  return borrow_writable(obj, name, dtype == DType::bf16);
+  BorrowedTensor b = borrow_writable(obj, name, dtype == DType::bf16);
+  if (dtype && b.view.dtype() != *dtype)
+    throw Error(ErrorCode::unsupported_dtype,
+                std::string(name) + ": dtype=\"" + std::string(dtype_name(*dtype)) +
+                    "\" but the array holds " + std::string(dtype_name(b.view.dtype())));
+  return b;
 }
 
 // A numpy array over one of the cache's host pools; `owner` (the PagedKVCache object) keeps it alive.
@@ -164,7 +187,7 @@ PagedCallArgs parse_paged_args(const py::kwargs& kwargs) {
       if (k == "kv_split_tokens") {
         if (!value.is_none()) split = as_int(value, "kv_split_tokens");
       } else if (k == "share_prefixes") {
-        share = value.cast<bool>();
+        share = as_bool(value, "share_prefixes");
       } else {
         rest[key] = value;
       }

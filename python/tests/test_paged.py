@@ -275,6 +275,43 @@ def test_eight_bit_bad_input_is_typed():
         cache.write(rows, np.zeros((1, 1, 8), np.float32), np.array([0], np.int32))
 
 
+def test_eight_bit_pools_and_scales_of_the_wrong_dtype_are_typed():
+    ones = np.ones((2, 4, 1), np.float32)
+    codes = np.zeros((2, 4, 1, 8), np.int8)
+    floats = np.zeros((2, 4, 1, 8), np.float32)
+    # dtype= names what the arrays hold: float pools are no int8 or e4m3 codes (a float32 array
+    # viewed as bytes would be read as 4x as many codes).
+    with pytest.raises(attnops.UnsupportedDtype, match="k_pages"):
+        attnops.PagedKVCache.wrap(floats, floats, dtype="int8", k_scales=ones, v_scales=ones)
+    with pytest.raises(attnops.UnsupportedDtype, match="k_pages.*uint8"):
+        attnops.PagedKVCache.wrap(floats, floats, dtype="fp8_e4m3", k_scales=ones, v_scales=ones)
+    with pytest.raises(attnops.UnsupportedDtype, match="v_pages"):
+        attnops.PagedKVCache.wrap(codes.view(np.uint8), codes.astype(np.float16), dtype="fp8_e4m3",
+                                  k_scales=ones, v_scales=ones)
+    with pytest.raises(attnops.UnsupportedDtype, match="k_pages.*fp8_e4m3"):  # uint8 without dtype=
+        attnops.PagedKVCache.wrap(codes.view(np.uint8), codes.view(np.uint8), k_scales=ones, v_scales=ones)
+    with pytest.raises(attnops.UnsupportedDtype, match="v_pages"):  # int8 keys, float values
+        attnops.PagedKVCache.wrap(codes, floats, k_scales=ones, v_scales=ones)
+    with pytest.raises(attnops.UnsupportedDtype, match="k_scales"):
+        attnops.PagedKVCache.wrap(codes, codes, k_scales=ones.astype(np.float64), v_scales=ones)
+    with pytest.raises(attnops.UnsupportedDtype, match="v_scales"):
+        attnops.PagedKVCache.wrap(codes, codes, k_scales=ones, v_scales=ones.astype(np.float16))
+    with pytest.raises(attnops.ShapeMismatch, match="k_scales"):
+        attnops.PagedKVCache.wrap(codes, codes, k_scales=np.ones((3, 4, 1), np.float32), v_scales=ones)
+    with pytest.raises(attnops.InvalidArgument, match="v_scales.*per token"):
+        attnops.PagedKVCache.wrap(codes, codes, k_scales=ones, v_scales=np.ones(1, np.float32))
+    with pytest.raises(attnops.InvalidArgument, match="k_scales"):
+        attnops.PagedKVCache.host(2, 4, 1, 8, dtype="int8", scales="per_tensor", k_scale=-1.0, v_scale=1.0)
+    with pytest.raises(attnops.InvalidArgument, match="v_scales"):
+        attnops.PagedKVCache.host(2, 4, 1, 8, dtype="fp8_e4m3", scales="per_tensor", k_scale=1.0,
+                                  v_scale=float("nan"))
+    cache = attnops.PagedKVCache.host(2, 4, 1, 8, dtype="int8")
+    q = np.zeros((1, 1, 8), np.float32)
+    batch = attnops.RaggedBatch(np.array([0, 1], np.int32), np.array([1], np.int32), np.array([[0]], np.int32))
+    with pytest.raises(TypeError, match="share_prefixes"):
+        OP.paged(q, cache, batch, share_prefixes="yes")
+
+
 def test_shared_prefixes_change_no_bit():
     rng = np.random.default_rng(3)
     hq, hkv, d, page = 4, 2, 16, 8
