@@ -415,6 +415,51 @@ TEST(PagedQuant, BadScalesAreTypedErrorsNamingThem) {
   EXPECT_EQ(ok.tensor_scales().k, 0.5f);
 }
 
+// Pools and rows of the wrong dtype, scales for the wrong pages or of the wrong dtype, bad
+// per-tensor scales: typed errors naming the argument.
+TEST(PagedQuant, BadPoolsAndScaleTensorsAreTypedErrorsNamingThem) {
+  const i64 P = 2, ps = 4, H = 2, D = 8;
+  Tensor k(DType::i8, {P, ps, H, D}), v8(DType::fp8_e4m3, {P, ps, H, D});
+  Tensor ks(DType::f32, {P, ps, H}), extra(DType::f32, {P + 1, ps, H});
+  for (Tensor* t : {&ks, &extra})
+    for (i64 i = 0; i < t->numel(); ++i) t->data_as<float>()[i] = 1.f;
+  expect_error([&] { (void)PagedKVCache::wrap(k, v8, ks, ks); }, ErrorCode::unsupported_dtype, "v_pages");
+  expect_error([&] { (void)PagedKVCache::wrap(k, k, extra, ks); }, ErrorCode::shape_mismatch, "k_scales");
+  expect_error(
+      [&] {
+        (void)PagedKVCache::wrap(k, k, ks, Tensor(DType::f32, {P, ps, H + 1}));
+      },
+      ErrorCode::shape_mismatch, "v_scales");
+  Tensor neg(DType::f32, {1}), half(DType::f16, {1});
+  neg.data_as<float>()[0] = -0.5f;
+  Tensor pos = Tensor::copy_of(neg);
+  pos.data_as<float>()[0] = 0.5f;
+  expect_error([&] { (void)PagedKVCache::wrap(k, k, neg, pos); }, ErrorCode::invalid_argument, "k_scales");
+  expect_error([&] { (void)PagedKVCache::wrap(k, k, pos, half); }, ErrorCode::unsupported_dtype, "v_scales");
+  for (float bad : {-1.f, NAN, INFINITY})
+    expect_error(
+        [&] {
+          (void)PagedKVCache::host({P, ps, H, D, D, DType::i8, KVScales::per_tensor},
+                                   KVTensorScales{bad, 1.f});
+        },
+        ErrorCode::invalid_argument, "k_scales");
+  expect_error(
+      [&] {
+        (void)PagedKVCache::host({P, ps, H, D, D, DType::f32}, KVTensorScales{1.f, 1.f});
+      },
+      ErrorCode::invalid_argument, "tensor_scales");
+  // Rows of codes are not rows to quantize.
+  PagedKVCache cache = PagedKVCache::host({P, ps, H, D, D, DType::i8, KVScales::per_token});
+  Tensor slots(DType::i32, {1});
+  slots.data_as<std::int32_t>()[0] = 0;
+  const Tensor rows = random_tensor(DType::f32, {1, H, D}, 3);
+  expect_error(
+      [&] {
+        cache.write(Tensor(DType::i8, {1, H, D}), rows, slots);
+      },
+      ErrorCode::unsupported_dtype, "k_new");
+}
+
 TEST(PagedQuant, WriteOfNonFiniteRowsWritesNothing) {
   for (DType t : {DType::i8, DType::fp8_e4m3})
     for (KVScales kind : {KVScales::per_token, KVScales::per_tensor}) {

@@ -1,6 +1,6 @@
 // Shared prefixes (PagedAttentionOptions::share_prefixes): sequences whose first keys lie in the
 // same pages have those splits read once for all of them, and each sequence's output and lse are
-// bitwise those of the unshared run and of the sequence alone, at 1 and 2 threads, on every cpu
+// bitwise those of the unshared run and of the sequence alone, at 1, 2 and 3 threads, on every cpu
 // ISA tier here; groups of 1..8 sequences, prefixes shorter than, equal to and longer than one
 // split, sequences sharing only some pages, 8-bit caches.
 #include <gmock/gmock.h>
@@ -119,7 +119,7 @@ TEST_P(SharedPrefix, OutputsAreBitwiseThoseOfTheUnsharedRunAndOfEachSequenceAlon
   for (cpu::Isa tier : cpu_tiers_to_test()) {
     SCOPED_TRACE(tier_label(tier));
     const AttentionOutput ref = run_tier(c, c.batch, c.q, false, tier, 1);
-    for (int threads : {1, 2}) {
+    for (int threads : {1, 2, 3}) {
       const AttentionOutput on = run_tier(c, c.batch, c.q, true, tier, threads);
       EXPECT_EQ(on.decision.run.shared_keys, plan.shared_keys());
       EXPECT_TRUE(same_bits(on.attention_outputs, ref.attention_outputs)) << "threads " << threads;
