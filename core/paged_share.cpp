@@ -50,7 +50,8 @@ std::vector<Group> find(PagedPlan::Data& d, std::vector<std::int32_t>& covered) 
   // keys in an open-addressing table of twice the sequences (most batches share nothing: one
   // probe each).
   std::size_t cap = 16;
-  while (cap < 2 * static_cast<std::size_t>(S)) cap *= 2;
+  int bits = 4;
+  while (cap < 2 * static_cast<std::size_t>(S)) cap *= 2, ++bits;
   std::vector<std::int32_t> head(cap, -1), next(static_cast<std::size_t>(S), -1), tail(cap, -1);
   std::vector<std::int32_t> order;  // table slots in order of first use
   bool any = false;
@@ -61,7 +62,8 @@ std::vector<Group> find(PagedPlan::Data& d, std::vector<std::int32_t>& covered) 
     const std::int32_t page = d.page_ids[static_cast<std::size_t>(d.page_begin[si] + lo / ps)];
     const std::uint64_t key = (static_cast<std::uint64_t>(static_cast<std::uint32_t>(page)) << 32) ^
                               static_cast<std::uint64_t>(lo) ^ (static_cast<std::uint64_t>(f) << 48);
-    std::size_t h = static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ull) >> 20) & (cap - 1);
+    // The product's top bits: its low 32 are those of lo and f alone (the page sits above them).
+    std::size_t h = static_cast<std::size_t>((key * 0x9e3779b97f4a7c15ull) >> (64 - bits));
     for (;; h = (h + 1) & (cap - 1)) {
       const std::int32_t first = head[h];
       if (first < 0) {
