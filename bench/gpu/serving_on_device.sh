@@ -49,16 +49,23 @@ run() {
 }
 
 filter='*Quant*:*SharedPrefix*:*Invariance*:*RoundTrip*'
-[ -x "$G/test_paged" ] && run test_paged_tiers 15 "$G/test_paged" --gtest_brief=1 --gtest_filter="$filter"
-[ -x "$G/test_paged_gpu" ] && run test_paged_gpu 12 "$G/test_paged_gpu" --gtest_brief=1
+[ -x "$G/test_paged" ] && run test_paged_tiers 12 "$G/test_paged" --gtest_brief=1 --gtest_filter="$filter"
+[ -x "$G/test_paged_gpu" ] && run test_paged_gpu 10 "$G/test_paged_gpu" --gtest_brief=1
 
-cat > /tmp/serving_cpu.yaml <<'EOF'
+# One bench per file, so that a row past its timeout loses only its own file's table.
+cat > /tmp/serving_cpu_decode.yaml <<'EOF'
 backends: [cpu]
 dtypes: [bf16]
 repeats: 3
 serving:
   - {label: decode64, seqs: 64, kv_len: [128, 8192], q_len: 1, heads: [32, 8], head_dim: 128, page_size: 16,
      kv_dtype: [same, int8, fp8_e4m3]}
+EOF
+cat > /tmp/serving_cpu_shared.yaml <<'EOF'
+backends: [cpu]
+dtypes: [bf16]
+repeats: 3
+serving:
   - {label: shared64, seqs: 64, shared_prefix: 4096, kv_len: [128, 1024], q_len: 1, heads: [32, 8], head_dim: 128,
      page_size: 16, share: [on, off]}
 EOF
@@ -72,12 +79,13 @@ serving:
   - {label: dec16_dense, seqs: 16, kv_len: 4096, q_len: 1, heads: [32, 8], head_dim: 128, page_size: 16,
      compare: dense}
 EOF
-run serving_cpu 25 "$G/attnops" bench --file /tmp/serving_cpu.yaml --threads 16 --no-progress \
-  --serving-json "$out/serving_cpu.json"
-run serving_gpu 15 "$G/attnops" bench --file /tmp/serving_gpu.yaml --no-progress --serving-json "$out/serving_gpu.json"
-for f in serving_cpu serving_gpu; do
-  echo "== $f" >> "$out/summary.txt"
-  grep -vE '^\s*$' "$out/$f.log" | tail -14 >> "$out/summary.txt"
+for f in cpu_decode cpu_shared; do
+  run "serving_$f" 14 "$G/attnops" bench --file "/tmp/serving_$f.yaml" --threads 16 --no-progress \
+    --serving-json "$out/serving_$f.json"
 done
+run serving_gpu 14 "$G/attnops" bench --file /tmp/serving_gpu.yaml --no-progress --serving-json "$out/serving_gpu.json"
+for f in serving_cpu_decode serving_cpu_shared serving_gpu; do
+  echo "== $f"
+  grep -vE '^\s*$' "$out/$f.log" | tail -8 | cut -c1-240
+done | tee -a "$out/summary.txt"
 say "done"
-cat "$out/summary.txt"
