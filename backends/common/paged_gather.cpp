@@ -138,7 +138,8 @@ void scatter_rows(const PagedProblem& p, std::int64_t s, const AttentionBuffers&
   } else {  // an f32 result (the oracle over an 8-bit cache) rounded to q's dtype
     const float* f = dense.out.data_as<float>() + lo * elems;
     char* to = static_cast<char*>(out.out.data()) + (q0 + lo) * row;
-    for (i64 i = 0; i < (hi - lo) * elems; ++i) store_from_float(to, p.dtype, static_cast<std::size_t>(i), f[i]);
+    for (i64 i = 0; i < (hi - lo) * elems; ++i)
+      store_from_float(to, p.dtype, static_cast<std::size_t>(i), f[i]);
   }
   if (out.lse && dense.lse) {
     const float* l = dense.lse->data_as<float>();
