@@ -9,7 +9,11 @@
 //                                              dense decode of the same data, flash_attn2 -> vanilla)
 //   bench_paged --benchmark_filter=Prefill     one sequence of 2048 tokens, H 16, D 128, causal: paged vs
 //                                              dense flash_attn2
-//   bench_paged --benchmark_filter=Plan        plan_paged for 256 decode sequences (host cost per step)
+//   bench_paged --benchmark_filter=Plan        plan_paged for 256 decode sequences (host cost per step),
+//                                              shared-prefix detection off / on
+//   bench_paged --benchmark_filter=SharedPrefix 64 decode sequences sharing a 4096-token prompt
+//                                              (128..1024 own keys each), bf16, sharing off / on
+//   the /bf16_int8 and /bf16_fp8_e4m3 rows: DecodeBatch, LongDecode, Prefill over 8-bit caches
 //
 // Every benchmark reports real time with the minimum and maximum over --benchmark_repetitions (the
 // "_min" rows: times; the "_max" rows: rates, kv_GBps and GBps, which Google Benchmark aggregates
@@ -25,6 +29,7 @@
 #include <ctime>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,13 +71,20 @@ void BM_Bandwidth(benchmark::State& state) {
   state.counters["GB_per_cpu_s"] = bw.gbps_per_cpu_second;
 }
 
-// Batches are built once per shape (pools of gigabytes) and kept for the process.
+// Batches are built once per shape (pools of gigabytes) and kept for the process. kv: the cache's
+// dtype (8-bit caches: int8 / fp8_e4m3 under q of dtype dt).
 const attnops::cli::ServingBatch& batch(const std::string& key, const attnops::cli::ServingRowSpec& row,
-                                        i64 page, DType dt) {
+                                        i64 page, DType dt, std::optional<DType> kv = std::nullopt) {
   static std::map<std::string, std::unique_ptr<attnops::cli::ServingBatch>> cache;
-  auto& slot = cache[key];
+  std::string name = key;  // piece by piece: GCC 12 warns (-Wrestrict, a false positive) on "_" + string
+  if (kv) {
+    name += '_';
+    name += attnops::dtype_name(*kv);
+  }
+  auto& slot = cache[name];
   if (!slot)
-    slot = std::make_unique<attnops::cli::ServingBatch>(attnops::cli::make_serving_batch(row, page, dt, 7));
+    slot =
+        std::make_unique<attnops::cli::ServingBatch>(attnops::cli::make_serving_batch(row, page, dt, 7, kv));
   return *slot;
 }
 
@@ -85,10 +97,8 @@ attnops::Attention op(const char* name) {
 // cpu: process CPU seconds the timed loop took (every thread): on a shared machine the threads
 // run a fraction of the wall time, so bytes per CPU second (and the same rate of the read loop)
 // measure the code where wall-clock rates measure the neighbours.
-void report(benchmark::State& state, const attnops::cli::ServingBatch& b, i64 Hkv, i64 D, DType dt,
-            double cpu) {
-  const double bytes =
-      static_cast<double>(b.kv_tokens * Hkv * 2 * D) * static_cast<double>(attnops::dtype_size(dt));
+void report(benchmark::State& state, const attnops::cli::ServingBatch& b, double cpu, double keys_read = -1) {
+  const double bytes = (keys_read >= 0 ? keys_read : static_cast<double>(b.kv_tokens)) * b.key_bytes;
   state.counters["kv_GBps"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   if (cpu > 0)
     state.counters["kv_GB_per_cpu_s"] = bytes * 1e-9 * static_cast<double>(state.iterations()) / cpu;
@@ -98,13 +108,15 @@ void report(benchmark::State& state, const attnops::cli::ServingBatch& b, i64 Hk
   if (g_read_gbps > 0) state.counters["read_GBps"] = g_read_gbps;
 }
 
-double run_paged(benchmark::State& state, const attnops::cli::ServingBatch& b, i64 Hq) {
+double run_paged(benchmark::State& state, const attnops::cli::ServingBatch& b, i64 Hq, bool share = true) {
   const attnops::Attention attn = op("ragged_paged");
-  const attnops::PagedPlan plan = attnops::plan_paged(b.batch, b.cache.spec(), b.N, Hq);
+  attnops::PagedAttentionOptions opts;
+  opts.share_prefixes = share;
+  const attnops::PagedPlan plan = attnops::plan_paged(b.batch, b.cache.spec(), b.N, Hq, opts);
   std::string decision;
   const double c0 = cpu_seconds();
   for (auto _ : state) {
-    attnops::AttentionOutput o = attn.paged(b.q, b.cache, plan);
+    attnops::AttentionOutput o = attn.paged(b.q, b.cache, plan, opts);
     if (decision.empty()) decision = o.decision.to_log_line();
     benchmark::DoNotOptimize(o.attention_outputs.data());
   }
@@ -113,13 +125,13 @@ double run_paged(benchmark::State& state, const attnops::cli::ServingBatch& b, i
   return cpu;
 }
 
-void BM_DecodeBatch(benchmark::State& state, DType dt) {
+void BM_DecodeBatch(benchmark::State& state, DType dt, std::optional<DType> kv) {
   const i64 page = state.range(0);
   attnops::cli::ServingRowSpec row;  // the defaults: 64 sequences, [128, 8192], q_len 1, 32/8, D 128
   const auto& b =
-      batch("decode" + std::to_string(page) + std::string(attnops::dtype_name(dt)), row, page, dt);
+      batch("decode" + std::to_string(page) + std::string(attnops::dtype_name(dt)), row, page, dt, kv);
   const double cpu = run_paged(state, b, row.Hq);
-  report(state, b, row.Hkv, row.D, dt, cpu);
+  report(state, b, cpu);
 }
 
 void BM_MixBatch(benchmark::State& state, DType dt) {
@@ -128,7 +140,25 @@ void BM_MixBatch(benchmark::State& state, DType dt) {
   row.prefill_q_len = 256;
   const auto& b = batch("mix" + std::string(attnops::dtype_name(dt)), row, 16, dt);
   const double cpu = run_paged(state, b, row.Hq);
-  report(state, b, row.Hkv, row.D, dt, cpu);
+  report(state, b, cpu);
+}
+
+// 64 decode sequences sharing a 4096-token prompt, each with 128..1024 own keys; sharing on
+// (state.range(0) == 1) or off. kv_GBps counts the bytes read (a shared item's keys once).
+void BM_SharedPrefix(benchmark::State& state, DType dt) {
+  attnops::cli::ServingRowSpec row;
+  row.shared_prefix = 4096, row.kv_min = 128, row.kv_max = 1024;
+  const auto& b = batch("shared" + std::string(attnops::dtype_name(dt)), row, 16, dt);
+  const bool share = state.range(0) == 1;
+  const double cpu = run_paged(state, b, row.Hq, share);
+  attnops::PagedAttentionOptions opts;
+  opts.share_prefixes = share;
+  double keys = static_cast<double>(b.kv_tokens);
+  for (const attnops::PagedWorkItem& it :
+       attnops::plan_paged(b.batch, b.cache.spec(), b.N, row.Hq, opts).work())
+    if (it.kind == attnops::PagedWorkKind::shared)
+      keys -= static_cast<double>((it.member_count - 1) * (it.kv_end - it.kv_begin));
+  report(state, b, cpu, keys);
 }
 
 attnops::cli::ServingRowSpec one_sequence(i64 kv, i64 q) {
@@ -139,11 +169,12 @@ attnops::cli::ServingRowSpec one_sequence(i64 kv, i64 q) {
 
 // Paged (state.range(0) == 0) or dense (1) over the same tokens: the dense call reads k, v gathered
 // from the pages into [1, T, H, D].
-void same_tokens(benchmark::State& state, const std::string& key, i64 kv, i64 q, DType dt) {
+void same_tokens(benchmark::State& state, const std::string& key, i64 kv, i64 q, DType dt,
+                 std::optional<DType> kvt = std::nullopt) {
   const attnops::cli::ServingRowSpec row = one_sequence(kv, q);
-  const auto& b = batch(key + std::string(attnops::dtype_name(dt)), row, 16, dt);
+  const auto& b = batch(key + std::string(attnops::dtype_name(dt)), row, 16, dt, kvt);
   double cpu = 0;
-  if (state.range(0) == 0) {
+  if (state.range(0) == 0 || kvt) {  // an 8-bit cache has no dense form: paged only
     cpu = run_paged(state, b, row.Hq);
   } else {
     const attnops::TensorView page_row(b.table.data(), DType::i32, {b.table.dim(1)});
@@ -160,25 +191,29 @@ void same_tokens(benchmark::State& state, const std::string& key, i64 kv, i64 q,
     cpu = cpu_seconds() - c0;
     state.SetLabel(decision);
   }
-  report(state, b, row.Hkv, row.D, dt, cpu);
+  report(state, b, cpu);
   const double flops = b.pairs * static_cast<double>(row.Hq) * 4.0 * static_cast<double>(row.D);
   state.counters["GFLOPs"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_LongDecode(benchmark::State& state, DType dt) {
-  same_tokens(state, "long", 32768, 1, dt);
+void BM_LongDecode(benchmark::State& state, DType dt, std::optional<DType> kv) {
+  same_tokens(state, "long", 32768, 1, dt, kv);
 }
-void BM_Prefill(benchmark::State& state, DType dt) {
-  same_tokens(state, "prefill", 2048, 2048, dt);
+void BM_Prefill(benchmark::State& state, DType dt, std::optional<DType> kv) {
+  same_tokens(state, "prefill", 2048, 2048, dt, kv);
 }
 
+// plan_paged for 256 decode sequences, shared-prefix detection off (range(1) == 0) or on.
 void BM_Plan(benchmark::State& state) {
   attnops::cli::ServingRowSpec row;
   row.seqs = state.range(0);
   // Only the index arrays matter here: a tiny head shape keeps the pools small.
   row.D = 1;
   const auto& b = batch("plan" + std::to_string(row.seqs), row, 16, DType::f32);
-  for (auto _ : state) benchmark::DoNotOptimize(attnops::plan_paged(b.batch, b.cache.spec(), b.N, row.Hq));
+  attnops::PagedAttentionOptions opts;
+  opts.share_prefixes = state.range(1) == 1;
+  for (auto _ : state)
+    benchmark::DoNotOptimize(attnops::plan_paged(b.batch, b.cache.spec(), b.N, row.Hq, opts));
 }
 
 template <class B>
@@ -195,29 +230,54 @@ int main(int argc, char** argv) {
       ->UseManualTime()
       ->Iterations(3)
       ->Unit(benchmark::kMillisecond);
+  // 8-bit caches under bf16 queries: the decode batch, the long decode and the prefill.
+  for (DType kv : {DType::i8, DType::fp8_e4m3}) {
+    const std::string n = "bf16_" + std::string(attnops::dtype_name(kv));
+    common(benchmark::RegisterBenchmark(("BM_DecodeBatch/" + n).c_str(), BM_DecodeBatch, DType::bf16,
+                                        std::optional<DType>(kv)))
+        ->ArgName("page")
+        ->Arg(16)
+        ->Unit(benchmark::kMillisecond);
+    common(benchmark::RegisterBenchmark(("BM_LongDecode/" + n).c_str(), BM_LongDecode, DType::bf16,
+                                        std::optional<DType>(kv)))
+        ->ArgName("dense")
+        ->Arg(0)
+        ->Unit(benchmark::kMicrosecond);
+    common(benchmark::RegisterBenchmark(("BM_Prefill/" + n).c_str(), BM_Prefill, DType::bf16,
+                                        std::optional<DType>(kv)))
+        ->ArgName("dense")
+        ->Arg(0)
+        ->Unit(benchmark::kMillisecond);
+  }
+  common(benchmark::RegisterBenchmark("BM_SharedPrefix/bf16", BM_SharedPrefix, DType::bf16))
+      ->ArgName("share")
+      ->Arg(0)
+      ->Arg(1)
+      ->Unit(benchmark::kMillisecond);
   for (DType dt : {DType::bf16, DType::f32}) {
     const std::string n(attnops::dtype_name(dt));
-    common(benchmark::RegisterBenchmark(("BM_DecodeBatch/" + n).c_str(), BM_DecodeBatch, dt))
+    common(benchmark::RegisterBenchmark(("BM_DecodeBatch/" + n).c_str(), BM_DecodeBatch, dt, std::nullopt))
         ->ArgName("page")
         ->Arg(16)
         ->Arg(128)
         ->Unit(benchmark::kMillisecond);
     common(benchmark::RegisterBenchmark(("BM_MixBatch/" + n).c_str(), BM_MixBatch, dt))
         ->Unit(benchmark::kMillisecond);
-    common(benchmark::RegisterBenchmark(("BM_LongDecode/" + n).c_str(), BM_LongDecode, dt))
+    common(benchmark::RegisterBenchmark(("BM_LongDecode/" + n).c_str(), BM_LongDecode, dt, std::nullopt))
         ->ArgName("dense")
         ->Arg(0)
         ->Arg(1)
         ->Unit(benchmark::kMicrosecond);
-    common(benchmark::RegisterBenchmark(("BM_Prefill/" + n).c_str(), BM_Prefill, dt))
+    common(benchmark::RegisterBenchmark(("BM_Prefill/" + n).c_str(), BM_Prefill, dt, std::nullopt))
         ->ArgName("dense")
         ->Arg(0)
         ->Arg(1)
         ->Unit(benchmark::kMillisecond);
   }
   common(benchmark::RegisterBenchmark("BM_Plan", BM_Plan))
-      ->ArgName("seqs")
-      ->Arg(256)
+      ->ArgNames({"seqs", "share"})
+      ->Args({256, 0})
+      ->Args({256, 1})
       ->Unit(benchmark::kMicrosecond);
   return attnops::bench::benchmark_main(argc, argv);
 }

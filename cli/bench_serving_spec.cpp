@@ -92,6 +92,40 @@ std::vector<ServingRowSpec> parse_serving_rows(const YAML::Node& list, const std
         }
       } else if (key == "kv_split_tokens") {
         r.kv_split_tokens = positive(file, v, key, i64{1} << 40);
+      } else if (key == "kv_dtype") {
+        r.kv_dtypes.clear();
+        const auto one = [&](const YAML::Node& e) -> std::optional<DType> {
+          if (!e.IsScalar()) bad(file, e, key, "expected same, f32, f16, bf16, int8 or fp8_e4m3");
+          const std::string name = e.as<std::string>();
+          if (name == "same") return std::nullopt;
+          const std::optional<DType> t = parse_dtype(name);
+          if (!t || (!is_float(*t) && !is_kv8(*t)))
+            bad(file, e, key, "expected same, f32, f16, bf16, int8 or fp8_e4m3");
+          return t;
+        };
+        if (v.IsSequence())
+          for (const auto& e : v) r.kv_dtypes.push_back(one(e));
+        else
+          r.kv_dtypes.push_back(one(v));
+        if (r.kv_dtypes.empty()) bad(file, v, key, "expected at least one dtype");
+      } else if (key == "scales") {
+        if (!v.IsScalar() || (v.as<std::string>() != "per_token" && v.as<std::string>() != "per_tensor"))
+          bad(file, v, key, "expected per_token or per_tensor");
+        r.scales = v.as<std::string>() == "per_tensor" ? KVScales::per_tensor : KVScales::per_token;
+      } else if (key == "shared_prefix") {
+        r.shared_prefix = positive(file, v, key, i64{1} << 24);
+      } else if (key == "share") {
+        r.share.clear();
+        const auto one = [&](const YAML::Node& e) {
+          if (!e.IsScalar() || (e.as<std::string>() != "on" && e.as<std::string>() != "off"))
+            bad(file, e, key, "expected on or off");
+          return e.as<std::string>() == "on";
+        };
+        if (v.IsSequence())
+          for (const auto& e : v) r.share.push_back(one(e));
+        else
+          r.share.push_back(one(v));
+        if (r.share.empty()) bad(file, v, key, "expected on, off or [on, off]");
       } else if (key == "compare") {
         if (!v.IsScalar() || (v.as<std::string>() != "dense" && v.as<std::string>() != "none"))
           bad(file, v, key, "expected dense or none");
@@ -99,10 +133,12 @@ std::vector<ServingRowSpec> parse_serving_rows(const YAML::Node& list, const std
       } else {
         bad(file, kv.first, key,
             "unknown key (expected label, seqs, kv_len, q_len, prefill, heads, head_dim, page_size, "
-            "kv_split_tokens, compare)");
+            "kv_split_tokens, compare, kv_dtype, scales, shared_prefix, share)");
       }
     }
-    if (r.compare_dense && r.seqs != 1) bad(file, node, "compare", "dense comparison needs seqs: 1");
+    if (r.compare_dense && (r.kv_min != r.kv_max || r.prefill_fraction > 0 || r.shared_prefix > 0))
+      bad(file, node, "compare",
+          "a dense comparison needs one kv_len for every sequence, no prefill and no shared_prefix");
     rows.push_back(std::move(r));
   }
   return rows;

@@ -11,15 +11,23 @@
 //       head_dim: 128
 //       page_size: [16, 128]       # one row per page size
 //       kv_split_tokens: 512       # default: the library's
-//       compare: dense             # also time the same tokens as one dense call (seqs must be 1)
+//       compare: dense             # also time the same tokens as one dense call (one kv_len, no prefill)
+//       kv_dtype: [same, int8, fp8_e4m3]   # the cache's dtype, one row each (same: the row's dtype)
+//       scales: per_token          # 8-bit caches: per_token or per_tensor
+//       shared_prefix: 4096        # every sequence begins with these keys in the same pages
+//                                  # (then kv_len of its own)
+//       share: [on, off]           # PagedAttentionOptions::share_prefixes, one row each
 //
-// Dtypes and backends come from the file's `dtypes` and `backends` (one row each).
+// Dtypes and backends come from the file's `dtypes` and `backends` (one row each): the queries'
+// (and a float cache's) dtype.
 #pragma once
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "attnops/paged.h"
 
 namespace YAML {
 class Node;
@@ -38,6 +46,10 @@ struct ServingRowSpec {
   std::vector<std::int64_t> page_sizes{16};
   std::optional<std::int64_t> kv_split_tokens;
   bool compare_dense = false;
+  std::vector<std::optional<DType>> kv_dtypes{std::nullopt};  // nullopt: the row's dtype
+  KVScales scales = KVScales::per_token;
+  std::int64_t shared_prefix = 0;
+  std::vector<bool> share{true};
 };
 
 // The `serving` list of a bench file. Error(config_error) naming `file`, the line and the key for a

@@ -101,6 +101,30 @@ std::vector<DistOperator> distributed_operators() {
   return out;
 }
 
+// What the serving path (ragged_paged over a PagedKVCache) offers on this host.
+struct ServingInfo {
+  std::vector<std::string> cache_dtypes{"f32", "f16", "bf16", "int8", "fp8_e4m3"};
+  std::vector<std::string> scales{"per_token", "per_tensor"};
+  std::string cpu, gpu, shared_prefixes;
+  std::int64_t kv_split_tokens = kDefaultKvSplitTokens;
+};
+
+ServingInfo serving_info(const CpuInfo& cpu, bool any_gpu) {
+  ServingInfo s;
+  const bool f16c = cpu.cpu_tier != "baseline";
+  s.cpu = "tier " + cpu.cpu_tier + ": decode (stream items) reads every cache dtype in place; int8 codes " +
+          (f16c ? "sign-extended and converted in registers, e4m3 codes through the f16 bit pattern (F16C)"
+                : "converted in registers, e4m3 codes through a table") +
+          "; prefill (tile items) dequantizes an 8-bit sequence into q's dtype for the tiled kernel";
+  s.gpu = any_gpu ? "paged_decode (stream sequences) on devices with subgroup shuffles, row-wise tasks "
+                    "elsewhere; 8-bit pools read as words"
+                  : "no qualifying Vulkan device";
+  s.shared_prefixes =
+      "on by default: splits that several decode sequences have in the same pages are read "
+      "once for all of them (cpu; bitwise the unshared result)";
+  return s;
+}
+
 int info(const InfoArgs& a) {
   Config config = load_optional_config(a.config);
   if (a.allow_software) config.gpu_allow_software = true;
@@ -141,6 +165,14 @@ int info(const InfoArgs& a) {
                                   {"shader_f16", d.shader_f16},
                                   {"kernel_variants", d.kernel_variants},
                                   {"selfchecks", d.selfchecks}});
+    const ServingInfo sv =
+        serving_info(cpu, std::any_of(gpus.begin(), gpus.end(), [](const auto& d) { return d.qualifies; }));
+    j["serving"] = {{"cache_dtypes", sv.cache_dtypes},
+                    {"scales", sv.scales},
+                    {"kv_split_tokens", sv.kv_split_tokens},
+                    {"cpu", sv.cpu},
+                    {"gpu", sv.gpu},
+                    {"shared_prefixes", sv.shared_prefixes}};
     j["operators"] = nlohmann::json::array();
     for (const auto& r : rows)
       j["operators"].push_back({{"operator", r.op},
@@ -178,6 +210,13 @@ int info(const InfoArgs& a) {
     if (d.qualifies && d.selfchecks.empty())
       std::cout << "      self-check: none recorded (run once with gpu.pipeline_cache set to keep them)\n";
   }
+  const ServingInfo sv =
+      serving_info(cpu, std::any_of(gpus.begin(), gpus.end(), [](const auto& d) { return d.qualifies; }));
+  std::cout << "\nServing (ragged_paged over a PagedKVCache): cache dtypes";
+  for (const std::string& t : sv.cache_dtypes) std::cout << " " << t;
+  std::cout << " (8-bit: scales per_token or per_tensor); splits of " << sv.kv_split_tokens << " keys\n"
+            << "  cpu: " << sv.cpu << "\n  gpu: " << sv.gpu << "\n  shared prefixes: " << sv.shared_prefixes
+            << "\n";
   std::cout << "\nOperators x backends (order = place in the list the dispatcher tries):\n";
   char line[256];
   std::snprintf(line, sizeof line, "%-12s %-7s %-5s %-10s %-8s %-9s %-5s %s\n", "operator", "backend",

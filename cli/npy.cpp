@@ -171,10 +171,11 @@ DescrInfo describe(const std::string& descr, const std::string& name) {
   if (descr == "<i4") return {DType::i32, 4};
   if (descr == "<i8") return {DType::i64, 8};
   if (descr == "|u1" || descr == "|b1") return {DType::i32, 1};
+  if (descr == "|i1") return {DType::i8, 1};  // int8 (the codes of an 8-bit KV cache), kept as they are
   if (!descr.empty() && descr[0] == '>')
     fail(name, "big-endian data ('" + printable(descr, 40) +
                    "') is not supported; save it little-endian (astype('<...'))");
-  fail(name, "unsupported dtype '" + printable(descr, 40) + "' (supported: <f4 <f2 <f8 <i4 <i8 |u1 |b1)");
+  fail(name, "unsupported dtype '" + printable(descr, 40) + "' (supported: <f4 <f2 <f8 <i4 <i8 |i1 |u1 |b1)");
 }
 
 std::uint32_t read_le(std::string_view b, std::size_t at, int n) {
@@ -320,7 +321,7 @@ Tensor parse_npy(std::string_view bytes, const std::string& name) {
   check_data_size(h, need, bytes.size() - h.data_offset, name);
   Tensor t = tensor_for(h, d, name);
   const char* src = bytes.data() + h.data_offset;
-  if (h.descr == "<f8" || d.file_size == 1)
+  if (h.descr == "<f8" || (d.file_size == 1 && d.dtype == DType::i32))
     widen(h, src, static_cast<std::size_t>(t.numel()), t, 0);
   else if (need > 0)
     std::memcpy(t.data(), src, static_cast<std::size_t>(need));
@@ -358,7 +359,7 @@ Tensor read_npy(const std::string& path) {
 
   Tensor t = tensor_for(h, d, path);
   std::uint64_t got = 0;
-  if (h.descr == "<f8" || d.file_size == 1) {
+  if (h.descr == "<f8" || (d.file_size == 1 && d.dtype == DType::i32)) {
     std::vector<char> buf(std::size_t{1} << 20);
     const std::size_t per = buf.size() / d.file_size;
     for (std::size_t at = 0; got < need;) {
@@ -402,6 +403,12 @@ std::string npy_preamble_and_header(const TensorView& t) {
       break;
     case DType::i64:
       descr = "<i8";
+      break;
+    case DType::i8:
+      descr = "|i1";
+      break;
+    case DType::fp8_e4m3:  // e4m3 bit patterns (NumPy has no fp8)
+      descr = "|u1";
       break;
     default:
       descr = "<f4";

@@ -1,14 +1,13 @@
 // .npy files (NumPy's array format, versions 1.0, 2.0 and 3.0), read into attnops::Tensor.
 //
 // Read: little-endian, C order only.  '<f4' -> f32, '<f2' -> f16, '<f8' -> f32 (converted),
-// '<i4' -> i32, '<i8' -> i64, '|u1' / '|b1' -> i32. Rank 0..4 (attnops tensors are at most 4-D).
-// Anything else - Fortran order, big-endian, another dtype, a header whose length or content is
-// wrong, a shape whose byte count overflows or disagrees with the file size, a truncated file -
-// is an attnops::Error(io_error) whose message names the file and what is wrong (text from the
-// header is shown with control bytes escaped). The reader never reads past the data it has
-// checked is there.
-// Write: version 1.0 (2.0 only if the header would not fit), f32, f16 and i32 (bf16 is written as
-// f32, since .npy has no bf16; i64 as '<i8').
+// '<i4' -> i32, '<i8' -> i64, '|i1' -> int8, '|u1' / '|b1' -> i32. Rank 0..4 (attnops tensors are at most
+// 4-D). Anything else - Fortran order, big-endian, another dtype, a header whose length or content is wrong,
+// a shape whose byte count overflows or disagrees with the file size, a truncated file - is an
+// attnops::Error(io_error) whose message names the file and what is wrong (text from the header is shown with
+// control bytes escaped). The reader never reads past the data it has checked is there. Write: version 1.0
+// (2.0 only if the header would not fit), f32, f16 and i32 (bf16 is written as f32, since .npy has no bf16;
+// i64 as '<i8'; int8 as '|i1'; fp8_e4m3 codes as '|u1').
 #pragma once
 
 #include <cstdint>

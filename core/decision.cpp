@@ -112,6 +112,7 @@ std::string DispatchDecision::to_json() const {
     json_string(os, run.kernel_detail);
   }
   if (run.batch_invariant) os << ", \"batch_invariant\": true";
+  if (run.shared_keys > 0) os << ", \"shared_keys\": " << run.shared_keys;
   if (!run.inputs.empty()) {
     os << ", \"inputs\": ";
     json_string(os, run.inputs);

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "attnops/kv_quant.h"
+
 namespace attnops {
 
 std::size_t dtype_size(DType t) {
@@ -11,6 +13,8 @@ std::size_t dtype_size(DType t) {
     case DType::bf16: return 2;
     case DType::i32: return 4;
     case DType::i64: return 8;
+    case DType::i8: return 1;
+    case DType::fp8_e4m3: return 1;
   }
   return 0;
 }
@@ -22,13 +26,17 @@ std::string_view dtype_name(DType t) {
     case DType::bf16: return "bf16";
     case DType::i32: return "i32";
     case DType::i64: return "i64";
+    case DType::i8: return "int8";
+    case DType::fp8_e4m3: return "fp8_e4m3";
   }
   return "?";
 }
 
 std::optional<DType> parse_dtype(std::string_view s) {
-  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64})
+  for (DType t : {DType::f32, DType::f16, DType::bf16, DType::i32, DType::i64, DType::i8, DType::fp8_e4m3})
     if (dtype_name(t) == s) return t;
+  if (s == "i8") return DType::i8;
+  if (s == "fp8") return DType::fp8_e4m3;
   return std::nullopt;
 }
 
@@ -93,6 +101,8 @@ float load_as_float(const void* data, DType t, std::size_t i) {
     case DType::bf16: return bf16_bits_to_float(static_cast<const std::uint16_t*>(data)[i]);
     case DType::i32: return static_cast<float>(static_cast<const std::int32_t*>(data)[i]);
     case DType::i64: return static_cast<float>(static_cast<const std::int64_t*>(data)[i]);
+    case DType::i8: return static_cast<float>(static_cast<const std::int8_t*>(data)[i]);
+    case DType::fp8_e4m3: return fp8_e4m3_to_float(static_cast<const std::uint8_t*>(data)[i]);
   }
   return 0.f;
 }
@@ -104,6 +114,8 @@ void store_from_float(void* data, DType t, std::size_t i, float v) {
     case DType::bf16: static_cast<std::uint16_t*>(data)[i] = float_to_bf16_bits(v); return;
     case DType::i32: static_cast<std::int32_t*>(data)[i] = static_cast<std::int32_t>(v); return;
     case DType::i64: static_cast<std::int64_t*>(data)[i] = static_cast<std::int64_t>(v); return;
+    case DType::i8: static_cast<std::int8_t*>(data)[i] = static_cast<std::int8_t>(int8_from_float(v)); return;
+    case DType::fp8_e4m3: static_cast<std::uint8_t*>(data)[i] = fp8_e4m3_from_float(v); return;
   }
 }
 

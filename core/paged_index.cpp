@@ -42,9 +42,11 @@ void check_spec(const PagedKVSpec& s) {
              std::to_string(s.num_pages) + " page_size=" + std::to_string(s.page_size) +
              " num_kv_heads=" + std::to_string(s.num_kv_heads) + " head_dim=" + std::to_string(s.head_dim) +
              " head_dim_v=" + std::to_string(s.head_dim_v));
-  if (!is_float(s.dtype))
-    fail(ErrorCode::unsupported_dtype,
-         "PagedKVSpec: dtype must be f32, f16 or bf16, got " + std::string(dtype_name(s.dtype)));
+  if (!is_float(s.dtype) && !is_kv8(s.dtype))
+    fail(ErrorCode::unsupported_dtype, "PagedKVSpec: dtype must be f32, f16, bf16, int8 or fp8_e4m3, got " +
+                                           std::string(dtype_name(s.dtype)));
+  if (s.scales != KVScales::per_token && s.scales != KVScales::per_tensor)
+    fail(ErrorCode::invalid_argument, "PagedKVSpec: scales must be per_token or per_tensor");
   // Every slot index (page * page_size + row) and pool size must stay an exact int64.
   const auto slots = checked_mul(s.num_pages, s.page_size);
   const auto row = checked_mul(s.num_kv_heads, std::max(s.head_dim, s.head_dim_v));

@@ -28,7 +28,7 @@ inline std::int64_t at(const TensorView& t, std::int64_t r, std::int64_t c) {
 void check_index_view(const TensorView& t, const char* name, int rank, const char* layout);
 
 // A cache shape attnops can hold: every size >= 1 (head_dim_v >= 0, 0 = head_dim), at most 2^31 - 1
-// pages (page ids are i32 in plans), a float dtype. Error naming the field otherwise.
+// pages (page ids are i32 in plans), a float or 8-bit KV dtype. Error naming the field otherwise.
 void check_spec(const PagedKVSpec& spec);
 
 // Error(invalid_argument) unless 0 <= page < num_pages.

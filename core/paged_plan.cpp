@@ -9,6 +9,11 @@
 // sequence only (its q_len, kv_len and the call-wide shapes and masks), never at the rest of the
 // batch or at the thread count: that is what makes a sequence's result batch invariant.
 //
+// Shared prefixes (paged_share.h): a split several stream sequences have in the same pages, which
+// every row of theirs sees whole, becomes one shared item over the q rows of all of them; their
+// other splits stay stream items. The split boundaries, and so every row's arithmetic, are those
+// of the unshared plan.
+//
 // Cost: O(S + pages used) for the checks plus O(items); no sort (stream items are at most
 // kv_split_tokens keys each, which dynamic scheduling balances without ordering them).
 #include <algorithm>
@@ -18,6 +23,7 @@
 #include "attnops/error.h"
 #include "attnops/paged_problem.h"
 #include "core/paged_index.h"
+#include "core/paged_share.h"
 
 namespace attnops {
 
@@ -86,6 +92,12 @@ const std::optional<std::int64_t>& PagedPlan::chunk_size() const {
 }
 const std::vector<PagedWorkItem>& PagedPlan::work() const {
   return data().work;
+}
+const std::vector<PagedSharedMember>& PagedPlan::members() const {
+  return data().members;
+}
+std::int64_t PagedPlan::shared_keys() const {
+  return data().shared_keys;
 }
 
 namespace {
@@ -192,7 +204,8 @@ PagedPlan plan_paged(const RaggedBatch& batch, const PagedKVSpec& cache, std::in
   d->page_ids.resize(static_cast<std::size_t>(total_pages));
   for (i64 s = 0; s < S; ++s) {
     std::int32_t* out = d->page_ids.data() + d->page_begin[static_cast<std::size_t>(s)];
-    const i64 need = d->page_begin[static_cast<std::size_t>(s) + 1] - d->page_begin[static_cast<std::size_t>(s)];
+    const i64 need =
+        d->page_begin[static_cast<std::size_t>(s) + 1] - d->page_begin[static_cast<std::size_t>(s)];
     // The common case (a contiguous row) in loops the compiler vectorises: copy, then one range
     // check over the row (as unsigned: a negative id is out of range too); the element-wise walk
     // below names the offending column.
@@ -218,45 +231,73 @@ PagedPlan plan_paged(const RaggedBatch& batch, const PagedKVSpec& cache, std::in
       const i64 p = at(batch.page_table, s, j);
       if (p < 0 || p >= cache.num_pages)
         fail(ErrorCode::invalid_argument, "page_table: " + seq_name(s) + ", column " + std::to_string(j) +
-                                              " holds page " + std::to_string(p) + ", outside the cache's pages [0, " +
+                                              " holds page " + std::to_string(p) +
+                                              ", outside the cache's pages [0, " +
                                               std::to_string(cache.num_pages) + ")");
       out[j] = static_cast<std::int32_t>(p);
     }
   }
 
-  // The work list: stream items first, then tile items.
+  // The work list: shared items, then stream items, then tile items.
   const i64 G = num_q_heads / cache.num_kv_heads, T = d->split_tokens;
-  // Two passes: count the items, then write them in place (building each on the stack and
-  // copying it in cost more than everything else here: store-forwarding stalls).
-  std::vector<KeyRange> unions(static_cast<std::size_t>(S));
+  d->unions.assign(n, KeyRange{});
+  d->num_splits.assign(n, 0);
+  d->is_stream.assign(n, 0);
   i64 n_stream = 0, n_tile = 0;
   for (i64 s = 0; s < S; ++s) {
     const auto si = static_cast<std::size_t>(s);
     const i64 ql = d->q_len[si];
-    unions[si] = {0, 0};
     if (ql == 0) continue;
     // The union of the rows' visible keys: both ends of a row's range grow with its position,
     // so the first and the last row bound it (every row sees at least its own key).
     const KeyRange first_row = visible_keys(*d, s, 0), last_row = visible_keys(*d, s, ql - 1);
     const KeyRange u{std::min(first_row.lo, last_row.lo), std::max(first_row.hi, last_row.hi)};
     if (u.hi <= u.lo) continue;  // every row fully masked: output 0, lse -inf
-    unions[si] = u;
-    if (ql <= kPagedStreamMaxQ || G * ql <= kPagedStreamMaxRows)
-      n_stream += (u.hi - 1) / T - u.lo / T + 1;
-    else
+    d->unions[si] = u;
+    if (ql <= kPagedStreamMaxQ || G * ql <= kPagedStreamMaxRows) {
+      d->is_stream[si] = 1;
+      d->num_splits[si] = static_cast<std::int32_t>((u.hi - 1) / T - u.lo / T + 1);
+      n_stream += d->num_splits[si];
+    } else {
       ++n_tile;
+    }
   }
-  d->work.resize(static_cast<std::size_t>(n_stream + n_tile));
-  PagedWorkItem* stream = d->work.data();
+  std::vector<std::int32_t> covered;
+  std::vector<paged_share::Group> groups;
+  if (options.share_prefixes && n_stream > 1) groups = paged_share::find(*d, covered);
+  if (covered.empty()) {
+    covered.assign(n, 0);
+    d->in_shared.assign(n, 0);
+  }
+  for (i64 s = 0; s < S; ++s) n_stream -= covered[static_cast<std::size_t>(s)];
+  const i64 n_shared = static_cast<i64>(groups.size());
+  // Two passes: count the items, then write them in place (building each on the stack and
+  // copying it in cost more than everything else here: store-forwarding stalls).
+  d->work.resize(static_cast<std::size_t>(n_shared + n_stream + n_tile));
+  PagedWorkItem* shared = d->work.data();
+  PagedWorkItem* stream = shared + n_shared;
   PagedWorkItem* tile = stream + n_stream;
+  for (const paged_share::Group& g : groups) {
+    const PagedSharedMember& m0 = d->members[static_cast<std::size_t>(g.member_begin)];
+    const auto s0 = static_cast<std::size_t>(m0.seq);
+    shared->seq = m0.seq;
+    shared->split = m0.split;
+    shared->num_splits = d->num_splits[s0];
+    shared->kind = PagedWorkKind::shared;
+    shared->q_begin = d->q_begin[s0], shared->q_end = d->q_begin[s0] + d->q_len[s0];
+    shared->kv_begin = g.kv_begin, shared->kv_end = g.kv_end;
+    shared->member_begin = g.member_begin, shared->member_count = g.member_count;
+    d->shared_keys += g.kv_end - g.kv_begin;
+    ++shared;
+  }
   for (i64 s = 0; s < S; ++s) {
     const auto si = static_cast<std::size_t>(s);
-    const KeyRange u = unions[si];
+    const KeyRange u = d->unions[si];
     if (u.hi <= u.lo) continue;
     const i64 ql = d->q_len[si], q0 = d->q_begin[si];
-    if (ql <= kPagedStreamMaxQ || G * ql <= kPagedStreamMaxRows) {
+    if (d->is_stream[si]) {
       const i64 first = u.lo / T, last = (u.hi - 1) / T;
-      for (i64 k = first; k <= last; ++k, ++stream) {
+      for (i64 k = first + covered[si]; k <= last; ++k, ++stream) {
         stream->seq = static_cast<std::int32_t>(s);
         stream->split = static_cast<std::int32_t>(k - first);
         stream->num_splits = static_cast<std::int32_t>(last - first + 1);
@@ -272,7 +313,8 @@ PagedPlan plan_paged(const RaggedBatch& batch, const PagedKVSpec& cache, std::in
       ++tile;
     }
   }
-  d->num_stream_items = n_stream;
+  d->num_shared_items = n_shared;
+  d->num_stream_items = n_shared + n_stream;
   PagedPlan plan;
   plan.data_ = std::move(d);
   return plan;

@@ -59,7 +59,9 @@ void check_against_plan(const PagedAttentionOptions& o, const PagedPlan::Data& d
                                           std::to_string(*o.kv_split_tokens));
 }
 
-void check_cache(const PagedKVSpec& c, const PagedKVSpec& planned) {
+void check_cache(PagedKVSpec c, PagedKVSpec planned) {
+  for (PagedKVSpec* x : {&c, &planned})
+    if (!x->quantized()) x->scales = KVScales::per_token;  // meaningless for float caches
   if (c == planned) return;
   const auto field = [](const char* name, i64 got, i64 want) {
     return got == want ? std::string()
@@ -74,6 +76,9 @@ void check_cache(const PagedKVSpec& c, const PagedKVSpec& planned) {
   if (c.dtype != planned.dtype)
     diff += " dtype=" + std::string(dtype_name(c.dtype)) + " (planned " +
             std::string(dtype_name(planned.dtype)) + ")";
+  if (c.scales != planned.scales)
+    diff += " scales=" + std::string(kv_scales_name(c.scales)) + " (planned " +
+            std::string(kv_scales_name(planned.scales)) + ")";
   fail(ErrorCode::shape_mismatch, "cache: differs from the cache the plan was built for:" + diff);
 }
 
@@ -98,9 +103,14 @@ double max_abs_keys(const PagedProblem& p) {
     for (i64 j = 0; j < d.kv_len[static_cast<std::size_t>(s)]; ++j)
       for (i64 h = 0; h < p.Hkv; ++h) {
         const i64 base = p.k_offset(pages[j / p.page_size], j % p.page_size, h);
+        const float s =
+            !p.quantized() ? 1.f
+            : p.per_token_scales()
+                ? p.k_scales.data_as<float>()[p.ks_offset(pages[j / p.page_size], j % p.page_size, h)]
+                : p.k_scale;
         for (i64 e = 0; e < p.D; ++e) {
           const double x =
-              std::fabs(load_as_float(p.k_pages.data(), p.dtype, static_cast<std::size_t>(base + e)));
+              std::fabs(load_as_float(p.k_pages.data(), p.kv_dtype, static_cast<std::size_t>(base + e)) * s);
           if (x > m && std::isfinite(x)) m = x;
         }
       }
@@ -125,7 +135,8 @@ PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, 
   p.batch = &d;
   p.N = d.N, p.Hq = d.Hq, p.Hkv = spec.num_kv_heads, p.D = spec.head_dim, p.Dv = spec.dv();
   p.page_size = spec.page_size, p.num_pages = spec.num_pages;
-  p.dtype = spec.dtype;
+  p.kv_dtype = spec.dtype;
+  p.dtype = spec.quantized() ? q.dtype() : spec.dtype;
 
   if (q.rank() != 3 || q.dim(0) != d.N || q.dim(1) != d.Hq || q.dim(2) != p.D)
     fail(ErrorCode::shape_mismatch, "q: expected shape [N=" + std::to_string(d.N) +
@@ -134,15 +145,28 @@ PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, 
                                         (q.empty() ? std::string("none") : shape_string(q.shape())));
   if (q.data() == nullptr && !q.on_device() && q.numel() != 0)
     fail(ErrorCode::invalid_argument, "q: null data pointer");
-  if (q.dtype() != spec.dtype)
-    fail(ErrorCode::unsupported_dtype,
-         "q: dtype " + std::string(dtype_name(q.dtype())) + " differs from the cache's " +
-             std::string(dtype_name(spec.dtype)) + " (a paged call runs in the cache's dtype)");
-  if (md.runtime_dtype && *md.runtime_dtype != spec.dtype)
-    fail(ErrorCode::unsupported_dtype,
-         "runtime_dtype: " + std::string(dtype_name(*md.runtime_dtype)) + " differs from the cache's dtype " +
-             std::string(dtype_name(spec.dtype)) +
-             " (a paged call runs in the cache's dtype; the cache is never converted)");
+  if (spec.quantized()) {
+    // An 8-bit cache runs in q's dtype: its codes are dequantized in the kernels, q never converted.
+    if (!is_float(q.dtype()))
+      fail(ErrorCode::unsupported_dtype,
+           "q: dtype " + std::string(dtype_name(q.dtype())) + "; an " + std::string(dtype_name(spec.dtype)) +
+               " cache takes f32, f16 or bf16 queries (the output has q's dtype)");
+    if (md.runtime_dtype && *md.runtime_dtype != q.dtype())
+      fail(ErrorCode::unsupported_dtype,
+           "q: dtype " + std::string(dtype_name(q.dtype())) + " differs from the runtime_dtype " +
+               std::string(dtype_name(*md.runtime_dtype)) + " (a call over an " +
+               std::string(dtype_name(spec.dtype)) + " cache runs in q's dtype; q is never converted)");
+  } else {
+    if (q.dtype() != spec.dtype)
+      fail(ErrorCode::unsupported_dtype,
+           "q: dtype " + std::string(dtype_name(q.dtype())) + " differs from the cache's " +
+               std::string(dtype_name(spec.dtype)) + " (a paged call runs in the cache's dtype)");
+    if (md.runtime_dtype && *md.runtime_dtype != spec.dtype)
+      fail(ErrorCode::unsupported_dtype,
+           "runtime_dtype: " + std::string(dtype_name(*md.runtime_dtype)) +
+               " differs from the cache's dtype " + std::string(dtype_name(spec.dtype)) +
+               " (a paged call runs in the cache's dtype; the cache is never converted)");
+  }
   if (md.runtime_softmax_dtype != DType::f32)
     fail(ErrorCode::unsupported_dtype, "runtime_softmax_dtype: only f32 is supported, got " +
                                            std::string(dtype_name(md.runtime_softmax_dtype)));
@@ -158,6 +182,11 @@ PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, 
   }
   p.k_pages = cache.k_pages();
   p.v_pages = cache.v_pages();
+  if (spec.quantized()) {
+    p.scales = spec.scales;
+    if (spec.scales == KVScales::per_token) p.k_scales = cache.k_scales(), p.v_scales = cache.v_scales();
+    p.k_scale = cache.tensor_scales().k, p.v_scale = cache.tensor_scales().v;
+  }
 
   // Soft cap and sinks, as make_problem.
   if (o.logits_soft_cap) {

@@ -268,6 +268,26 @@ Tensor Tensor::copy_of(const TensorView& v, DType to) {
                                                  " cannot be read on the host here: copy it with "
                                                  "DeviceTensor::to_host() first");
   const bool from_float = is_float(v.dtype()), to_float = is_float(to);
+  if (is_kv8(v.dtype()) || is_kv8(to)) {  // 8-bit codes are copied, never converted
+    if (v.dtype() != to)
+      throw Error(ErrorCode::unsupported_dtype,
+                  std::string("cannot convert ") + std::string(dtype_name(v.dtype())) + " to " +
+                      std::string(dtype_name(to)) + " (8-bit codes are copied as they are)");
+    Tensor t(to, v.shape());
+    std::vector<std::int64_t> idx(static_cast<std::size_t>(v.rank()), 0);
+    auto* dst = static_cast<std::uint8_t*>(t.data());
+    const auto* src = static_cast<const std::uint8_t*>(v.data());
+    for (std::int64_t o = 0; o < t.numel(); ++o) {
+      std::int64_t off = 0;
+      for (int i = 0; i < v.rank(); ++i) off += idx[static_cast<std::size_t>(i)] * v.stride(i);
+      dst[o] = src[off];
+      for (int i = v.rank() - 1; i >= 0; --i) {
+        if (++idx[static_cast<std::size_t>(i)] < v.dim(i)) break;
+        idx[static_cast<std::size_t>(i)] = 0;
+      }
+    }
+    return t;
+  }
   if (from_float != to_float)
     throw Error(ErrorCode::unsupported_dtype, std::string("cannot convert ") + std::string(dtype_name(v.dtype())) +
                                                   " to " + std::string(dtype_name(to)));

@@ -33,17 +33,23 @@ bool rows_finite(const PagedProblem& p, const PagedBuffers& b, i64 s) {
   return all_finite(rows);
 }
 
-// Whether the values of keys [lo, hi) of sequence s are all finite (one view per page run).
+// Whether the values of keys [lo, hi) of sequence s are all finite (one view per page run; int8
+// codes always are, e4m3 ones unless S.1111.111; the scales are checked when the cache is made).
 bool values_finite(const PagedProblem& p, i64 s, i64 lo, i64 hi) {
+  if (p.kv_dtype == DType::i8) return true;
   const PagedPlan::Data& d = *p.batch;
   const std::int32_t* pages = d.page_ids.data() + d.page_begin[static_cast<std::size_t>(s)];
-  const i64 es = static_cast<i64>(dtype_size(p.dtype)), ps = p.page_size;
-  for (i64 j = lo; j < hi;) {
-    const i64 r = j % ps, n = std::min(ps - r, hi - j);
-    const TensorView run(static_cast<const char*>(p.v_pages.data()) + p.v_offset(pages[j / ps], r, 0) * es,
-                         p.dtype, {n, p.Hkv, p.Dv}, {p.v_pages.stride(1), p.v_pages.stride(2), 1});
-    if (!all_finite(run)) return false;
-    j += n;
+  const i64 es = static_cast<i64>(dtype_size(p.kv_dtype)), ps = p.page_size;
+  for (i64 j = lo; j < hi; ++j) {
+    const auto* row = static_cast<const char*>(p.v_pages.data()) + p.v_offset(pages[j / ps], j % ps, 0) * es;
+    if (p.kv_dtype == DType::fp8_e4m3) {
+      for (i64 h = 0; h < p.Hkv; ++h)
+        for (i64 e = 0; e < p.Dv; ++e)
+          if ((static_cast<std::uint8_t>(row[(h * p.v_pages.stride(2) + e)]) & 0x7fu) == 0x7fu) return false;
+      continue;
+    }
+    const TensorView r(row, p.kv_dtype, {p.Hkv, p.Dv}, {p.v_pages.stride(2), 1});
+    if (!all_finite(r)) return false;
   }
   return true;
 }
@@ -129,14 +135,17 @@ void run_tile(const PagedProblem& p, const PagedWorkItem& it, PagedBuffers& buff
 // small ones and the stream items, instead of in a parallel region of its own.
 constexpr double kSmallTilePairs = double{1 << 22};
 
-// The stream items `items` (whole sequences, in plan order) with the small tile items `tiles`
-// beside them, then the merges.
+// The stream and shared items `items` (or, guard: the stream sequences `items`, split by split)
+// with the small tile items `tiles` beside them, then the merges.
 void run_stream_and_small_tiles(const PagedProblem& p, PagedBuffers& buffers, const TierKernels& k,
                                 const ForcedTier& tier, int threads, const std::vector<std::int32_t>& items,
                                 bool guard, const std::vector<std::int32_t>& tiles) {
-  const i64 n = static_cast<i64>(items.size()), nt = static_cast<i64>(tiles.size());
-  if (n + nt == 0) return;
-  void* job = n > 0 ? k.paged_stream_begin(p, buffers, threads, items.data(), n, guard) : nullptr;
+  const i64 nt = static_cast<i64>(tiles.size());
+  if (items.empty() && nt == 0) return;
+  void* job = !items.empty() ? k.paged_stream_begin(p, buffers, threads, items.data(),
+                                                    static_cast<i64>(items.size()), guard)
+                             : nullptr;
+  const i64 n = job ? k.paged_stream_tasks(job) : 0;
   struct End {
     const TierKernels& k;
     void* job;
@@ -185,15 +194,14 @@ void run_paged(const PagedProblem& p, PagedBuffers& buffers, std::optional<Force
   }
   try {
     run_stream_and_small_tiles(p, buffers, k, tier, threads, stream, false, small);
-    // The non-finite policy per sequence: stream items are whole sequences in plan order.
+    // The non-finite policy per sequence: a stream sequence whose rows came out non-finite while
+    // its values are not all finite is re-run, split by split, with weight-0 keys skipped.
     std::vector<std::int32_t> guarded;
-    for (std::size_t i = 0; i < stream.size();) {
-      const PagedWorkItem& first = d.work[i];
-      const std::size_t n = static_cast<std::size_t>(first.num_splits);
-      const PagedWorkItem& last = d.work[i + n - 1];
-      if (!rows_finite(p, buffers, first.seq) && !values_finite(p, first.seq, first.kv_begin, last.kv_end))
-        for (std::size_t j = i; j < i + n; ++j) guarded.push_back(static_cast<std::int32_t>(j));
-      i += n;
+    for (i64 s = 0; s < d.S; ++s) {
+      const auto si = static_cast<std::size_t>(s);
+      if (!d.is_stream[si] || d.unions[si].hi <= d.unions[si].lo) continue;
+      if (!rows_finite(p, buffers, s) && !values_finite(p, s, d.unions[si].lo, d.unions[si].hi))
+        guarded.push_back(static_cast<std::int32_t>(s));
     }
     if (!guarded.empty()) run_stream_and_small_tiles(p, buffers, k, tier, threads, guarded, true, {});
   } catch (const std::bad_alloc&) {
@@ -202,13 +210,23 @@ void run_paged(const PagedProblem& p, PagedBuffers& buffers, std::optional<Force
   for (std::int32_t i : large) run_tile(p, d.work[static_cast<std::size_t>(i)], buffers, tier, threads);
 
   buffers.run.kernel = std::string(isa_name(c.tier));
+  std::string shared;
+  if (d.num_shared_items > 0)
+    shared = std::to_string(d.num_shared_items) + " shared items (" + std::to_string(d.shared_keys) +
+             " keys read once for the rows of " + std::to_string(d.members.size()) +
+             " sequence splits in the same pages), ";
   buffers.run.kernel_detail =
-      std::to_string(d.num_stream_items) +
-      " stream items (K/V pages read in place, once per step for every q head of a kv head; split every " +
-      std::to_string(d.split_tokens) + " keys, merged in split order), " +
-      std::to_string(small.size() + large.size()) + " tile items (keys gathered, the tiled kernel; " +
-      std::to_string(small.size()) + " on one thread each); " + c.detail;
+      shared + std::to_string(d.num_stream_items - d.num_shared_items) +
+      " stream items (K/V pages read in place" +
+      (p.quantized() ? std::string(", ") + std::string(dtype_name(p.kv_dtype)) + " codes x " +
+                           std::string(kv_scales_name(p.scales)) + " scales dequantized in registers"
+                     : std::string()) +
+      ", once per step for every q head of a kv head; split every " + std::to_string(d.split_tokens) +
+      " keys, merged in split order), " + std::to_string(small.size() + large.size()) +
+      " tile items (keys gathered, the tiled kernel; " + std::to_string(small.size()) +
+      " on one thread each); " + c.detail;
   buffers.run.batch_invariant = true;
+  buffers.run.shared_keys = d.shared_keys;
 }
 
 }  // namespace

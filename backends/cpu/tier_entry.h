@@ -33,6 +33,7 @@ const char* vanilla_decode_forward(const AttentionProblem& p, AttentionBuffers& 
 const char* tiled_backward(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads);
 void* paged_stream_begin(const PagedProblem& p, PagedBuffers& buffers, int threads, const std::int32_t* items,
                          std::int64_t n_items, bool guard);
+std::int64_t paged_stream_tasks(const void* job);
 void paged_stream_item(void* job, int thread, std::int64_t k);
 std::int64_t paged_stream_merges(const void* job);
 void paged_stream_merge(void* job, int thread, std::int64_t m);

@@ -40,13 +40,16 @@ struct TierKernels {
                                 std::int64_t splits);
   // The backward of every operator (tiled_backward.cpp): dq, dk, dv (dsinks, dbias) over `map`.
   const char* (*backward)(const BackwardProblem& bp, const BlockMap& map, GradientBuffers& grads);
-  // The stream items of a paged call (paged_stream.cpp), driven by paged_cpu.cpp's parallel loop:
-  // begin allocates a job (an opaque handle) and the scratch of `threads` threads for `items`
-  // (indices into the plan's work list: whole sequences, in plan order; guard: weight-0 keys
-  // skipped, the non-finite re-run); item(job, thread, k) runs item k on that thread's scratch;
-  // after every item, merge(job, thread, m) for m < merges(job); end frees the job.
+  // The stream and shared items of a paged call (paged_stream.cpp), driven by paged_cpu.cpp's
+  // parallel loop: begin allocates a job (an opaque handle) and the scratch of `threads` threads,
+  // for `items` (indices into the plan's work list: its shared and stream items) or, with guard,
+  // for the stream sequences `items` re-run split by split with weight-0 keys skipped (the
+  // non-finite re-run); tasks(job) is how many tasks it made, item(job, thread, k) runs task k on
+  // that thread's scratch; after every task, merge(job, thread, m) for m < merges(job); end frees
+  // the job.
   void* (*paged_stream_begin)(const PagedProblem& p, PagedBuffers& buffers, int threads,
                               const std::int32_t* items, std::int64_t n_items, bool guard);
+  std::int64_t (*paged_stream_tasks)(const void* job);
   void (*paged_stream_item)(void* job, int thread, std::int64_t k);
   std::int64_t (*paged_stream_merges)(const void* job);
   void (*paged_stream_merge)(void* job, int thread, std::int64_t m);

@@ -19,6 +19,7 @@ const TierKernels& tier_kernels() {
                                       &vanilla_decode_forward,
                                       &tiled_backward,
                                       &paged_stream_begin,
+                                      &paged_stream_tasks,
                                       &paged_stream_item,
                                       &paged_stream_merges,
                                       &paged_stream_merge,

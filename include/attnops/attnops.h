@@ -11,6 +11,7 @@
 #include "attnops/error.h"
 #include "attnops/gpu.h"
 #include "attnops/host.h"
+#include "attnops/kv_quant.h"
 #include "attnops/mask.h"
 #include "attnops/metadata.h"
 #include "attnops/operation.h"

@@ -82,6 +82,9 @@ struct RunInfo {
   // Paged calls (paged.h): each sequence's result is bitwise the same alone or inside any batch,
   // at any thread count (a fixed split of its keys, merged in a fixed order; kernel_detail says how).
   bool batch_invariant = false;
+  // Paged calls: keys read once for several sequences of the batch (their shared prefix pages;
+  // PagedAttentionOptions::share_prefixes), 0 when nothing was shared.
+  std::int64_t shared_keys = 0;
   bool operator==(const RunInfo&) const = default;
 };
 

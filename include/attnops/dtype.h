@@ -1,7 +1,8 @@
 // Storage dtypes and scalar conversions.
 //
 // attnops stores tensors as f32, f16 (IEEE binary16) or bf16 (bfloat16); segment ids are i32
-// (i64 is accepted at the API and narrowed). All arithmetic accumulates in fp32 (the oracle in
+// (i64 is accepted at the API and narrowed). The 8-bit dtypes int8 (signed) and fp8_e4m3 (OCP
+// e4m3fn bit patterns) exist only for the pages of a quantized KV cache (paged.h, kv_quant.h). All arithmetic accumulates in fp32 (the oracle in
 // fp64). The conversions here are the portable scalar ones; kernels may use F16C / AVX-512 BF16
 // where the CPU has them, and must agree bit-for-bit with these (round to nearest even).
 #pragma once
@@ -20,12 +21,14 @@ struct bfloat16;
 
 namespace attnops {
 
-enum class DType : std::uint8_t { f32, f16, bf16, i32, i64 };
+enum class DType : std::uint8_t { f32, f16, bf16, i32, i64, i8, fp8_e4m3 };
 
 std::size_t dtype_size(DType t);
-std::string_view dtype_name(DType t);                   // "f32", "f16", "bf16", "i32", "i64"
-std::optional<DType> parse_dtype(std::string_view s);   // inverse of dtype_name
+std::string_view dtype_name(DType t);  // "f32", "f16", "bf16", "i32", "i64", "int8", "fp8_e4m3"
+std::optional<DType> parse_dtype(std::string_view s);  // inverse of dtype_name ("i8", "fp8" also)
 inline bool is_float(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
+// The 8-bit KV cache dtypes (values = code x scale, kv_quant.h).
+inline bool is_kv8(DType t) { return t == DType::i8 || t == DType::fp8_e4m3; }
 
 // The C++ element type behind each dtype; Eigen::half / Eigen::bfloat16 are layout-compatible
 // with std::uint16_t, which is what the scalar conversions below take.
@@ -55,8 +58,8 @@ inline std::uint16_t float_to_bf16_bits(float f) {
   return static_cast<std::uint16_t>(u >> 16);
 }
 
-// Load element `i` of a float-typed buffer as float (f32/f16/bf16). Slow path; for oracles,
-// glue and tests, not for inner loops.
+// Load element `i` of a float-typed buffer as float (f32/f16/bf16; int8 and fp8_e4m3 give the code's
+// value, scale 1). Slow path; for oracles, glue and tests, not for inner loops.
 float load_as_float(const void* data, DType t, std::size_t i);
 void store_from_float(void* data, DType t, std::size_t i, float v);
 

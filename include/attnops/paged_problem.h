@@ -21,6 +21,11 @@ namespace attnops {
 inline constexpr std::int64_t kPagedStreamMaxQ = 2;
 inline constexpr std::int64_t kPagedStreamMaxRows = 32;
 
+// A key interval [lo, hi) (empty when lo >= hi).
+struct KeyRange {
+  std::int64_t lo = 0, hi = 0;
+};
+
 struct PagedPlan::Data {
   PagedKVSpec cache;
   std::int64_t S = 0, N = 0, Hq = 0, split_tokens = kDefaultKvSplitTokens;
@@ -32,15 +37,21 @@ struct PagedPlan::Data {
   std::vector<std::int64_t> q_begin, q_len, kv_len, page_begin;
   std::vector<std::int32_t> page_ids;
   std::vector<PagedWorkItem> work;
-  std::int64_t num_stream_items = 0;  // work[0, num_stream_items) are stream items
+  std::int64_t num_stream_items = 0;  // work[0, num_stream_items) are shared and stream items
+  std::int64_t num_shared_items = 0;  // work[0, num_shared_items) are shared items
+  std::vector<PagedSharedMember> members;
+  std::int64_t shared_keys = 0;
+  // Per sequence: the keys any of its rows sees (empty for q_len 0 or fully masked), whether it
+  // is a stream sequence, its splits (stream sequences: the split boundaries' count, 0 else) and
+  // whether any of them is in a shared item.
+  std::vector<KeyRange> unions;
+  std::vector<std::int32_t> num_splits;
+  std::vector<char> is_stream, in_shared;
 };
 
 // The keys [lo, hi) query row i (0-based within its sequence) of a sequence with q_len queries
 // and kv_len keys sees under causal / window / chunk: every combination of them leaves an
 // interval (empty when lo >= hi). Query i sits at p = kv_len - q_len + i >= 0.
-struct KeyRange {
-  std::int64_t lo = 0, hi = 0;
-};
 inline KeyRange visible_keys(bool causal, const std::optional<Window>& window,
                              const std::optional<std::int64_t>& chunk, std::int64_t q_len,
                              std::int64_t kv_len, std::int64_t i) {
@@ -65,9 +76,15 @@ inline KeyRange visible_keys(const PagedPlan::Data& d, std::int64_t s, std::int6
 struct PagedProblem {
   std::int64_t N = 0, Hq = 0, Hkv = 0, D = 0, Dv = 0, page_size = 0, num_pages = 0;
   std::int64_t group() const { return Hq / Hkv; }  // q head h reads kv head h / group()
-  DType dtype = DType::f32;                        // q, the pages and the output
+  DType dtype = DType::f32;                        // q and the output (and a float cache's pages)
+  DType kv_dtype = DType::f32;                     // the pages: dtype, or int8 / fp8_e4m3 codes
   TensorView q;                                    // [N, Hq, D], stride(2) == 1
-  TensorView k_pages, v_pages;             // [P, page_size, Hkv, D | Dv], stride(3) == 1; host or device
+  TensorView k_pages, v_pages;  // [P, page_size, Hkv, D | Dv], stride(3) == 1; host or device
+  // 8-bit caches: value = code x scale (kv_quant.h). Per token: scale pools [P, page_size, Hkv] f32
+  // (where the pages are); per tensor: k_scale / v_scale (and the views empty).
+  KVScales scales = KVScales::per_token;
+  TensorView k_scales, v_scales;
+  float k_scale = 1.f, v_scale = 1.f;
   PagedPlan plan;                          // the batch and its work list
   const PagedPlan::Data* batch = nullptr;  // = &plan.data()
 
@@ -83,6 +100,8 @@ struct PagedProblem {
   std::vector<Tensor> owned;  // converted inputs the views above may point into
 
   bool on_device() const { return q.on_device() || k_pages.on_device() || v_pages.on_device(); }
+  bool quantized() const { return is_kv8(kv_dtype); }
+  bool per_token_scales() const { return quantized() && scales == KVScales::per_token; }
   // The element offset of (page, row, head, 0) in the K / V pools.
   std::int64_t k_offset(std::int64_t page, std::int64_t row, std::int64_t head) const {
     return page * k_pages.stride(0) + row * k_pages.stride(1) + head * k_pages.stride(2);
@@ -90,10 +109,18 @@ struct PagedProblem {
   std::int64_t v_offset(std::int64_t page, std::int64_t row, std::int64_t head) const {
     return page * v_pages.stride(0) + row * v_pages.stride(1) + head * v_pages.stride(2);
   }
+  // The element offset of (page, row, head) in the per-token scale pools.
+  std::int64_t ks_offset(std::int64_t page, std::int64_t row, std::int64_t head) const {
+    return page * k_scales.stride(0) + row * k_scales.stride(1) + head * k_scales.stride(2);
+  }
+  std::int64_t vs_offset(std::int64_t page, std::int64_t row, std::int64_t head) const {
+    return page * v_scales.stride(0) + row * v_scales.stride(1) + head * v_scales.stride(2);
+  }
 };
 
 // Validates one paged call against its plan: q [N, Hq, D] with N and Hq as planned, the cache's
-// shape as planned, q's dtype the cache's (and the runtime dtype, when the metadata sets one),
+// shape as planned, q's dtype the cache's for a float cache (any float dtype for an 8-bit one),
+// and the runtime dtype, when the metadata sets one,
 // the mask options as planned, the soft cap, sinks [Hq] and scale as make_problem checks them.
 // Throws Error (shape_mismatch, unsupported_dtype, invalid_argument) naming the argument.
 PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan,

@@ -29,9 +29,12 @@ DType numpy_dtype(char kind, int size, bool uint16_is_bf16, const char* name, py
   if (kind == 'u' && size == 2 && uint16_is_bf16) return DType::bf16;
   if (kind == 'i' && size == 4) return DType::i32;
   if (kind == 'i' && size == 8) return DType::i64;
+  if (kind == 'i' && size == 1) return DType::i8;  // the codes of an int8 KV cache
   std::string msg = std::string(name) + ": numpy dtype " + std::string(py::str(descr)) +
                     " is not supported (attnops stores float32, float16 and bf16; segment ids int32 / int64)";
   if (kind == 'u' && size == 2) msg += "; a uint16 array holding bf16 bit patterns needs dtype=\"bf16\"";
+  if (kind == 'u' && size == 1)
+    msg += "; a uint8 array of KV pages holding e4m3 bit patterns needs dtype=\"fp8_e4m3\"";
   if (kind == 'f' && size == 8) msg += "; convert with .astype(numpy.float32)";
   fail(ErrorCode::unsupported_dtype, msg);
 }
@@ -44,6 +47,7 @@ DType dlpack_dtype(const DLDataType& t, bool uint16_is_bf16, const char* name) {
     if (t.code == kDLUInt && t.bits == 16 && uint16_is_bf16) return DType::bf16;
     if (t.code == kDLInt && t.bits == 32) return DType::i32;
     if (t.code == kDLInt && t.bits == 64) return DType::i64;
+    if (t.code == kDLInt && t.bits == 8) return DType::i8;  // the codes of an int8 KV cache
   }
   static const char* codes[] = {"int", "uint", "float", "opaque", "bfloat", "complex"};
   const std::string code = t.code < 6 ? codes[t.code] : "code " + std::to_string(t.code);

@@ -64,14 +64,6 @@ std::string type_name(py::handle obj) {
   return Py_TYPE(obj.ptr())->tp_name;
 }
 
-bool as_bool(py::handle obj, const char* what) {
-  if (obj.ptr() == Py_True) return true;
-  if (obj.ptr() == Py_False) return false;
-  // numpy.bool_ (and other bool-likes that are not numbers in disguise)
-  if (std::strcmp(Py_TYPE(obj.ptr())->tp_name, "numpy.bool_") == 0) return PyObject_IsTrue(obj.ptr()) == 1;
-  throw py::type_error(std::string(what) + ": expected True or False, got " + type_name(obj));
-}
-
 double as_double(py::handle obj, const char* what) {
   if (PyBool_Check(obj.ptr()) || !PyNumber_Check(obj.ptr()))
     throw py::type_error(std::string(what) + ": expected a number, got " + type_name(obj));
@@ -94,6 +86,14 @@ Window as_window(py::handle obj) {
 }
 
 }  // namespace
+
+bool as_bool(py::handle obj, const char* what) {
+  if (obj.ptr() == Py_True) return true;
+  if (obj.ptr() == Py_False) return false;
+  // numpy.bool_ (and other bool-likes that are not numbers in disguise)
+  if (std::strcmp(Py_TYPE(obj.ptr())->tp_name, "numpy.bool_") == 0) return PyObject_IsTrue(obj.ptr()) == 1;
+  throw py::type_error(std::string(what) + ": expected True or False, got " + type_name(obj));
+}
 
 std::int64_t as_int(py::handle obj, const char* what) {
   if (PyFloat_Check(obj.ptr()) || PyBool_Check(obj.ptr()))

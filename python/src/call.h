@@ -54,6 +54,9 @@ CallArgs parse_call_args(const py::kwargs& kwargs);
 // those); TypeError / ValueError naming `what` otherwise.
 DType parse_dtype_arg(py::handle obj, const char* what);
 
+// True or False (or a numpy bool): TypeError naming `what` otherwise.
+bool as_bool(py::handle obj, const char* what);
+
 // An integer argument (int, numpy integer, anything with __index__; not bool or float): TypeError
 // naming `what` otherwise, attnops.InvalidArgument past the int64 range.
 std::int64_t as_int(py::handle obj, const char* what);

@@ -31,6 +31,10 @@ DLDataType dl_dtype(DType t) {
       return {kDLInt, 32, 1};
     case DType::i64:
       return {kDLInt, 64, 1};
+    case DType::i8:
+      return {kDLInt, 8, 1};
+    case DType::fp8_e4m3:
+      return {kDLUInt, 8, 1};  // e4m3 bit patterns
   }
   return {kDLFloat, 32, 1};
 }
@@ -48,6 +52,10 @@ py::dtype numpy_dtype(DType t) {
       return py::dtype::of<std::int32_t>();
     case DType::i64:
       return py::dtype::of<std::int64_t>();
+    case DType::i8:
+      return py::dtype::of<std::int8_t>();
+    case DType::fp8_e4m3:
+      return py::dtype::of<std::uint8_t>();  // e4m3 bit patterns: numpy has no fp8
   }
   return py::dtype::of<float>();
 }

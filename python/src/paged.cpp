@@ -11,6 +11,7 @@
 #include <string>
 #include <utility>
 
+#include "arrays.h"
 #include "attnops/error.h"
 #include "device.h"
 #include "outputs.h"
@@ -23,8 +24,8 @@ namespace {
 struct PyPagedCache {
   PagedKVCache cache;
   // wrap(): the caller's arrays, held (the cache views them and writes into them).
-  std::optional<BorrowedTensor> k_src, v_src;
-  py::object k_obj, v_obj;
+  std::optional<BorrowedTensor> k_src, v_src, ks_src, vs_src;
+  py::object k_obj, v_obj, ks_obj, vs_obj;
 
   PyPagedCache() = default;
   PyPagedCache(const PyPagedCache&) = delete;
@@ -56,9 +57,68 @@ const char* numpy_format(DType t) {
       return "float16";
     case DType::bf16:
       return "uint16";  // bit patterns, as every bf16 output (numpy has no bfloat16)
+    case DType::i8:
+      return "int8";
+    case DType::fp8_e4m3:
+      return "uint8";  // e4m3 bit patterns (numpy has no fp8)
     default:
       return "int32";
   }
+}
+
+// A cache dtype: the float dtypes as parse_dtype_arg, or "int8" / "fp8_e4m3".
+DType cache_dtype_arg(py::handle obj) {
+  if (PyUnicode_Check(obj.ptr())) {
+    const std::string s = obj.cast<std::string>();
+    if (s == "int8" || s == "i8") return DType::i8;
+    if (s == "fp8_e4m3" || s == "fp8" || s == "float8_e4m3fn") return DType::fp8_e4m3;
+  }
+  return parse_dtype_arg(obj, "dtype");
+}
+
+// A pool argument (writable: write() writes into it): int8 arrays are int8 codes; with dtype
+// "fp8_e4m3", a uint8 array (numpy or torch) holds e4m3 bit patterns (viewed as int8, no copy,
+// and retyped). `obj` becomes the object that holds the memory.
+BorrowedTensor borrow_pool(py::object& obj, const char* name, std::optional<DType> dtype) {
+  if (dtype == DType::fp8_e4m3) {
+    // Only one-byte arrays: viewing wider elements as int8 would silently read their bytes as codes.
+    py::object as_i8;
+    std::string held;
+    if (is_torch_tensor(obj)) {
+      const py::object torch = py::module_::import("torch");
+      const py::object dt = obj.attr("dtype");
+      if (dt.equal(torch.attr("uint8")) ||
+          (py::hasattr(torch, "float8_e4m3fn") && dt.equal(torch.attr("float8_e4m3fn"))))
+        as_i8 = obj.attr("view")(torch.attr("int8"));
+      else
+        held = py::str(dt);
+    } else {
+      const py::object np = py::module_::import("numpy");
+      const py::object arr = np.attr("asarray")(obj);
+      const py::object dt = arr.attr("dtype");
+      if (dt.equal(np.attr("dtype")("uint8")))
+        as_i8 = arr.attr("view")(np.attr("int8"));
+      else
+        held = py::str(dt);
+    }
+    if (!held.empty())
+      throw Error(ErrorCode::unsupported_dtype, std::string(name) +
+                                                    ": dtype=\"fp8_e4m3\" takes uint8 arrays of e4m3 bit "
+                                                    "patterns, got " +
+                                                    held);
+    BorrowedTensor b = borrow_writable(as_i8, name, false);
+    std::vector<std::int64_t> strides;
+    for (int i = 0; i < b.view.rank(); ++i) strides.push_back(b.view.stride(i));
+    b.view = TensorView(b.view.data(), DType::fp8_e4m3, b.view.shape(), strides);
+    obj = std::move(as_i8);
+    return b;
+  }
+  BorrowedTensor b = borrow_writable(obj, name, dtype == DType::bf16);
+  if (dtype && b.view.dtype() != *dtype)
+    throw Error(ErrorCode::unsupported_dtype,
+                std::string(name) + ": dtype=\"" + std::string(dtype_name(*dtype)) +
+                    "\" but the array holds " + std::string(dtype_name(b.view.dtype())));
+  return b;
 }
 
 // A numpy array over one of the cache's host pools; `owner` (the PagedKVCache object) keeps it alive.
@@ -80,13 +140,29 @@ py::dict spec_dict(const PagedKVSpec& s) {
   d["head_dim"] = s.head_dim;
   d["head_dim_v"] = s.dv();
   d["dtype"] = std::string(dtype_name(s.dtype));
+  if (s.quantized()) d["scales"] = std::string(kv_scales_name(s.scales));
   return d;
 }
 
+KVScales scales_arg(const std::string& s) {
+  if (s == "per_token") return KVScales::per_token;
+  if (s == "per_tensor") return KVScales::per_tensor;
+  throw Error(ErrorCode::invalid_argument,
+              "scales: expected \"per_token\" or \"per_tensor\", got '" + s + "'");
+}
+
 PagedKVSpec make_spec(std::int64_t num_pages, std::int64_t page_size, std::int64_t num_kv_heads,
-                      std::int64_t head_dim, std::int64_t head_dim_v, py::handle dtype) {
-  return PagedKVSpec{num_pages, page_size,  num_kv_heads,
-                     head_dim,  head_dim_v, parse_dtype_arg(dtype, "dtype")};
+                      std::int64_t head_dim, std::int64_t head_dim_v, py::handle dtype,
+                      const std::string& scales) {
+  return PagedKVSpec{num_pages,         page_size, num_kv_heads, head_dim, head_dim_v, cache_dtype_arg(dtype),
+                     scales_arg(scales)};
+}
+
+// host() / device()'s per-tensor scales: both or neither.
+std::optional<KVTensorScales> tensor_scales_arg(const py::object& k, const py::object& v) {
+  if (k.is_none() != v.is_none()) throw Error(ErrorCode::invalid_argument, "k_scale and v_scale go together");
+  if (k.is_none()) return std::nullopt;
+  return KVTensorScales{k.cast<float>(), v.cast<float>()};
 }
 
 PyPagedCache& cache_arg(py::handle obj) {
@@ -104,10 +180,14 @@ PagedCallArgs parse_paged_args(const py::kwargs& kwargs) {
   PagedCallArgs a;
   py::kwargs rest;
   std::optional<std::int64_t> split;
+  bool share = true;
   if (kwargs)
     for (auto [key, value] : kwargs) {
-      if (std::string(py::str(key)) == "kv_split_tokens") {
+      const std::string k = py::str(key);
+      if (k == "kv_split_tokens") {
         if (!value.is_none()) split = as_int(value, "kv_split_tokens");
+      } else if (k == "share_prefixes") {
+        share = as_bool(value, "share_prefixes");
       } else {
         rest[key] = value;
       }
@@ -133,6 +213,7 @@ PagedCallArgs parse_paged_args(const py::kwargs& kwargs) {
   p.softmax_aux = o.softmax_aux;
   p.return_lse = o.return_lse;
   p.kv_split_tokens = split;
+  p.share_prefixes = share;
   return a;
 }
 
@@ -185,48 +266,68 @@ allocation: attnops never frees, moves or allocates pages.
       .def_static(
           "host",
           [](std::int64_t num_pages, std::int64_t page_size, std::int64_t num_kv_heads, std::int64_t head_dim,
-             std::int64_t head_dim_v, py::handle dtype) {
+             std::int64_t head_dim_v, py::handle dtype, const std::string& scales, py::object k_scale,
+             py::object v_scale) {
             auto c = std::make_unique<PyPagedCache>();
             c->cache = PagedKVCache::host(
-                make_spec(num_pages, page_size, num_kv_heads, head_dim, head_dim_v, dtype));
+                make_spec(num_pages, page_size, num_kv_heads, head_dim, head_dim_v, dtype, scales),
+                tensor_scales_arg(k_scale, v_scale));
             return c;
           },
           py::arg("num_pages"), py::arg("page_size"), py::arg("num_kv_heads"), py::arg("head_dim"),
-          py::kw_only(), py::arg("head_dim_v") = 0, py::arg("dtype") = "f32", "Zero-filled host pools.")
+          py::kw_only(), py::arg("head_dim_v") = 0, py::arg("dtype") = "f32", py::arg("scales") = "per_token",
+          py::arg("k_scale") = py::none(), py::arg("v_scale") = py::none(),
+          "Zero-filled host pools. dtype \"int8\" or \"fp8_e4m3\": an 8-bit cache whose write() quantizes, "
+          "scales \"per_token\" (each row's, set by write) or \"per_tensor\" (k_scale, v_scale; default 1).")
       .def_static(
           "device",
           [](std::int64_t num_pages, std::int64_t page_size, std::int64_t num_kv_heads, std::int64_t head_dim,
-             std::int64_t head_dim_v, py::handle dtype, bool allow_software, const std::string& device) {
+             std::int64_t head_dim_v, py::handle dtype, bool allow_software, const std::string& device,
+             const std::string& scales, py::object k_scale, py::object v_scale) {
             const PagedKVSpec spec =
-                make_spec(num_pages, page_size, num_kv_heads, head_dim, head_dim_v, dtype);
+                make_spec(num_pages, page_size, num_kv_heads, head_dim, head_dim_v, dtype, scales);
+            const std::optional<KVTensorScales> ts = tensor_scales_arg(k_scale, v_scale);
             GpuSettings gpu;
             gpu.allow_software = allow_software;
             gpu.device = device;
             auto c = std::make_unique<PyPagedCache>();
-            c->cache = without_gil([&] { return PagedKVCache::device(spec, gpu); });
+            c->cache = without_gil([&] { return PagedKVCache::device(spec, gpu, ts); });
             return c;
           },
           py::arg("num_pages"), py::arg("page_size"), py::arg("num_kv_heads"), py::arg("head_dim"),
           py::kw_only(), py::arg("head_dim_v") = 0, py::arg("dtype") = "f32",
-          py::arg("allow_software") = false, py::arg("device") = "",
+          py::arg("allow_software") = false, py::arg("device") = "", py::arg("scales") = "per_token",
+          py::arg("k_scale") = py::none(), py::arg("v_scale") = py::none(),
           "Zero-filled pools on the GPU (device-resident; attnops.BackendUnavailable without one).")
       .def_static(
           "wrap",
-          [](py::object k_pages, py::object v_pages, py::object dtype) {
-            const bool bf = !dtype.is_none() && parse_dtype_arg(dtype, "dtype") == DType::bf16;
+          [](py::object k_pages, py::object v_pages, py::object dtype, py::object k_scales,
+             py::object v_scales) {
+            std::optional<DType> dt;
+            if (!dtype.is_none()) dt = cache_dtype_arg(dtype);
             auto c = std::make_unique<PyPagedCache>();
-            c->k_src.emplace(borrow_writable(k_pages, "k_pages", bf));
-            c->v_src.emplace(borrow_writable(v_pages, "v_pages", bf));
-            c->cache = PagedKVCache::wrap(c->k_src->view, c->v_src->view);
+            c->k_src.emplace(borrow_pool(k_pages, "k_pages", dt));
+            c->v_src.emplace(borrow_pool(v_pages, "v_pages", dt));
+            TensorView ks, vs;
+            if (!k_scales.is_none())
+              ks = c->ks_src.emplace(borrow_writable(k_scales, "k_scales", false)).view;
+            if (!v_scales.is_none())
+              vs = c->vs_src.emplace(borrow_writable(v_scales, "v_scales", false)).view;
+            c->cache = PagedKVCache::wrap(c->k_src->view, c->v_src->view, ks, vs);
             c->k_obj = std::move(k_pages);
             c->v_obj = std::move(v_pages);
+            c->ks_obj = std::move(k_scales);
+            c->vs_obj = std::move(v_scales);
             return c;
           },
           py::arg("k_pages"), py::arg("v_pages"), py::kw_only(), py::arg("dtype") = py::none(),
+          py::arg("k_scales") = py::none(), py::arg("v_scales") = py::none(),
           "A cache over the caller's arrays (numpy, torch CPU tensors; uint16 with dtype='bf16'), held and "
           "written in place; any outer strides, the innermost dimension contiguous. Read-only arrays (a "
           "read-only memory map, an array over bytes, a broadcast view) are refused (attnops.InvalidArgument "
-          "naming k_pages / v_pages): write() would write into them.")
+          "naming k_pages / v_pages): write() would write into them. 8-bit caches: int8 "
+          "arrays, or uint8 arrays of e4m3 bit patterns with dtype='fp8_e4m3', and their float32 scales "
+          "k_scales / v_scales, [P, page_size, Hkv] (per token) or [1] (per tensor).")
       .def(
           "write",
           [](PyPagedCache& c, py::handle k_new, py::handle v_new, py::handle slots, py::object dtype) {
@@ -267,6 +368,25 @@ allocation: attnops never frees, moves or allocates pages.
             return c.cache.on_device() ? py::none() : pool_array(c.cache.v_pages(), self);
           },
           "The V pool as an array over the cache's memory (the wrapped array; None on the device).")
+      .def_property_readonly(
+          "k_scales",
+          [](py::object self) -> py::object {
+            const PyPagedCache& c = self.cast<const PyPagedCache&>();
+            if (c.ks_obj && !c.ks_obj.is_none()) return c.ks_obj;
+            const TensorView s = c.cache.k_scales();
+            return s.empty() || s.on_device() ? py::none() : pool_array(s, self);
+          },
+          "An 8-bit cache's key scales (float32, [P, page_size, Hkv] or [1]); None for float caches or "
+          "device pools.")
+      .def_property_readonly(
+          "v_scales",
+          [](py::object self) -> py::object {
+            const PyPagedCache& c = self.cast<const PyPagedCache&>();
+            if (c.vs_obj && !c.vs_obj.is_none()) return c.vs_obj;
+            const TensorView s = c.cache.v_scales();
+            return s.empty() || s.on_device() ? py::none() : pool_array(s, self);
+          },
+          "An 8-bit cache's value scales, as k_scales.")
       .def_property_readonly("spec", [](const PyPagedCache& c) { return spec_dict(c.cache.spec()); })
       .def_property_readonly("on_device", [](const PyPagedCache& c) { return c.cache.on_device(); })
       .def("__repr__", [](const PyPagedCache& c) {
@@ -319,7 +439,8 @@ page_table [S, max_pages]; int32 or int64 arrays, held by the batch. num_seqs: -
       },
       py::arg("batch"), py::arg("cache"), py::arg("num_tokens"), py::arg("num_q_heads"),
       "Validates the batch once per model step and builds its work list (keywords: causal, sliding_window, "
-      "chunk_size, kv_split_tokens, as the calls that reuse it). Typed errors name the argument.");
+      "chunk_size, kv_split_tokens, share_prefixes, as the calls that reuse it). Typed errors name the "
+      "argument.");
 
   m.def(
       "merge_states",

@@ -211,3 +211,121 @@ def test_paged_arguments_out_of_range_or_of_the_wrong_type_are_typed_errors():
         OP.paged(q, cache, minus5)
     with pytest.raises(attnops.InvalidArgument, match="num_seqs"):
         attnops.plan_paged(minus5, cache, num_tokens=2, num_q_heads=2)
+
+
+def quantize_int8_per_token(x):
+    """kv_quant.h's int8 rounding per (row, head): scale amax / 127 (1 for a row of zeros), rint."""
+    amax = np.abs(x).max(axis=-1, keepdims=True).astype(np.float32)
+    s = (amax / np.float32(127)).astype(np.float32)
+    s = np.where(s >= np.finfo(np.float32).tiny, s, np.float32(1))
+    q = np.clip(np.rint((x / s).astype(np.float32)), -127, 127).astype(np.int8)
+    return q, s[..., 0]
+
+
+@pytest.mark.parametrize("backend", ["native", "cpu"])
+@pytest.mark.parametrize("kv_dtype", ["int8", "fp8_e4m3"])
+@pytest.mark.parametrize("scales", ["per_token", "per_tensor"])
+def test_eight_bit_caches_attend_over_their_values(backend, kv_dtype, scales):
+    rng = np.random.default_rng(7)
+    hq, hkv, d, page = 4, 2, 16, 4
+    kw = dict(k_scale=0.01, v_scale=0.02) if scales == "per_tensor" else {}
+    cache = attnops.PagedKVCache.host(8, page, hkv, d, dtype=kv_dtype, scales=scales, **kw)
+    assert cache.spec["dtype"] == kv_dtype and cache.spec["scales"] == scales
+    assert cache.k_pages.dtype == (np.int8 if kv_dtype == "int8" else np.uint8)
+    kv = 13
+    k = rng.normal(size=(kv, hkv, d)).astype(np.float32)
+    v = rng.normal(size=(kv, hkv, d)).astype(np.float32)
+    pages = np.array([[5, 2, 7, 0]], np.int32)
+    j = np.arange(kv)
+    cache.write(k, v, pages[0, j // page].astype(np.int64) * page + j % page)
+    gk, gv = cache.gather(pages[0], kv)
+    assert gk.dtype == np.float32 and gk.shape == (1, kv, hkv, d)
+    if kv_dtype == "int8" and scales == "per_token":  # the documented rounding, from numpy
+        qk, sk = quantize_int8_per_token(k)
+        np.testing.assert_array_equal(gk[0], qk.astype(np.float32) * sk[..., None])
+        np.testing.assert_array_equal(cache.k_scales[pages[0, j // page], j % page], sk)
+    q = rng.uniform(-1, 1, (3, hq, d)).astype(np.float32)
+    batch = attnops.RaggedBatch(np.array([0, 3], np.int32), np.array([kv], np.int32), pages)
+    res = OP.paged(q, cache, batch, return_lse=True, backend=backend)
+    o, lse, _ = ref.attention(q[None].astype(np.float64), gk.astype(np.float64), gv.astype(np.float64))
+    np.testing.assert_allclose(res.out, o[0], atol=ref.TOLERANCE["f32"][0] * 4, rtol=0)
+    np.testing.assert_allclose(res.lse, lse[0].T, atol=ref.TOLERANCE["f32"][1] * 4, rtol=0)
+
+    # The same pools and scales wrapped: the same result, bit for bit.
+    w = attnops.PagedKVCache.wrap(cache.k_pages, cache.v_pages, dtype=kv_dtype,
+                                  k_scales=cache.k_scales, v_scales=cache.v_scales)
+    again = OP.paged(q, w, batch, return_lse=True, backend=backend)
+    np.testing.assert_array_equal(again.out, res.out)
+
+
+def test_eight_bit_bad_input_is_typed():
+    k = np.zeros((2, 4, 1, 8), np.int8)
+    with pytest.raises(attnops.InvalidArgument, match="k_scales"):
+        attnops.PagedKVCache.wrap(k, k)
+    bad = np.ones((2, 4, 1), np.float32)
+    bad[1, 2, 0] = 0.0
+    with pytest.raises(attnops.InvalidArgument, match=r"k_scales: scale \[1, 2, 0\]"):
+        attnops.PagedKVCache.wrap(k, k, k_scales=bad, v_scales=np.ones((2, 4, 1), np.float32))
+    with pytest.raises(attnops.InvalidArgument, match="tensor_scales"):
+        attnops.PagedKVCache.host(2, 4, 1, 8, dtype="int8", k_scale=0.5, v_scale=0.5)
+    cache = attnops.PagedKVCache.host(2, 4, 1, 8, dtype="int8")
+    rows = np.zeros((1, 1, 8), np.float32)
+    rows[0, 0, 3] = np.nan
+    with pytest.raises(attnops.InvalidArgument, match="k_new: row 0"):
+        cache.write(rows, np.zeros((1, 1, 8), np.float32), np.array([0], np.int32))
+
+
+def test_eight_bit_pools_and_scales_of_the_wrong_dtype_are_typed():
+    ones = np.ones((2, 4, 1), np.float32)
+    codes = np.zeros((2, 4, 1, 8), np.int8)
+    floats = np.zeros((2, 4, 1, 8), np.float32)
+    # dtype= names what the arrays hold: float pools are no int8 or e4m3 codes (a float32 array
+    # viewed as bytes would be read as 4x as many codes).
+    with pytest.raises(attnops.UnsupportedDtype, match="k_pages"):
+        attnops.PagedKVCache.wrap(floats, floats, dtype="int8", k_scales=ones, v_scales=ones)
+    with pytest.raises(attnops.UnsupportedDtype, match="k_pages.*uint8"):
+        attnops.PagedKVCache.wrap(floats, floats, dtype="fp8_e4m3", k_scales=ones, v_scales=ones)
+    with pytest.raises(attnops.UnsupportedDtype, match="v_pages"):
+        attnops.PagedKVCache.wrap(codes.view(np.uint8), codes.astype(np.float16), dtype="fp8_e4m3",
+                                  k_scales=ones, v_scales=ones)
+    with pytest.raises(attnops.UnsupportedDtype, match="k_pages.*fp8_e4m3"):  # uint8 without dtype=
+        attnops.PagedKVCache.wrap(codes.view(np.uint8), codes.view(np.uint8), k_scales=ones, v_scales=ones)
+    with pytest.raises(attnops.UnsupportedDtype, match="v_pages"):  # int8 keys, float values
+        attnops.PagedKVCache.wrap(codes, floats, k_scales=ones, v_scales=ones)
+    with pytest.raises(attnops.UnsupportedDtype, match="k_scales"):
+        attnops.PagedKVCache.wrap(codes, codes, k_scales=ones.astype(np.float64), v_scales=ones)
+    with pytest.raises(attnops.UnsupportedDtype, match="v_scales"):
+        attnops.PagedKVCache.wrap(codes, codes, k_scales=ones, v_scales=ones.astype(np.float16))
+    with pytest.raises(attnops.ShapeMismatch, match="k_scales"):
+        attnops.PagedKVCache.wrap(codes, codes, k_scales=np.ones((3, 4, 1), np.float32), v_scales=ones)
+    with pytest.raises(attnops.InvalidArgument, match="v_scales.*per token"):
+        attnops.PagedKVCache.wrap(codes, codes, k_scales=ones, v_scales=np.ones(1, np.float32))
+    with pytest.raises(attnops.InvalidArgument, match="k_scales"):
+        attnops.PagedKVCache.host(2, 4, 1, 8, dtype="int8", scales="per_tensor", k_scale=-1.0, v_scale=1.0)
+    with pytest.raises(attnops.InvalidArgument, match="v_scales"):
+        attnops.PagedKVCache.host(2, 4, 1, 8, dtype="fp8_e4m3", scales="per_tensor", k_scale=1.0,
+                                  v_scale=float("nan"))
+    cache = attnops.PagedKVCache.host(2, 4, 1, 8, dtype="int8")
+    q = np.zeros((1, 1, 8), np.float32)
+    batch = attnops.RaggedBatch(np.array([0, 1], np.int32), np.array([1], np.int32), np.array([[0]], np.int32))
+    with pytest.raises(TypeError, match="share_prefixes"):
+        OP.paged(q, cache, batch, share_prefixes="yes")
+
+
+def test_shared_prefixes_change_no_bit():
+    rng = np.random.default_rng(3)
+    hq, hkv, d, page = 4, 2, 16, 8
+    cache = attnops.PagedKVCache.host(32, page, hkv, d)
+    shared = np.arange(4, dtype=np.int32)  # 32 keys in pages 0..3, then each sequence's own
+    table = np.stack([np.concatenate([shared, [10 + 3 * s, 11 + 3 * s, 12 + 3 * s]]) for s in range(3)])
+    kv_lens = np.array([40, 50, 45], np.int32)
+    slots = np.arange(32 * page, dtype=np.int64)
+    cache.write(rng.uniform(-1, 1, (32 * page, hkv, d)).astype(np.float32),
+                rng.uniform(-1, 1, (32 * page, hkv, d)).astype(np.float32), slots)
+    q = rng.uniform(-1, 1, (3, hq, d)).astype(np.float32)
+    batch = attnops.RaggedBatch(np.arange(4, dtype=np.int32), kv_lens, table.astype(np.int32))
+    on = OP.paged(q, cache, batch, return_lse=True, backend="cpu", kv_split_tokens=16)
+    off = OP.paged(q, cache, batch, return_lse=True, backend="cpu", kv_split_tokens=16, share_prefixes=False)
+    assert on.decision["shared_keys"] == 32 and "shared_keys" not in off.decision
+    np.testing.assert_array_equal(on.out, off.out)
+    np.testing.assert_array_equal(on.lse, off.lse)

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 #include <sstream>
+#include <utility>
 
 #include "tests/support/testing.h"
 
@@ -44,6 +45,10 @@ std::string PagedCaseSpec::describe() const {
   if (soft_cap) os << " soft_cap=" << *soft_cap;
   if (sinks) os << " sinks";
   if (split) os << " split=" << *split;
+  if (!share_prefixes) os << " share_prefixes=off";
+  if (kv_dtype) os << " kv=" << dtype_name(*kv_dtype) << "/" << kv_scales_name(scales);
+  for (std::size_t x = 0; x < share_from.size(); ++x)
+    if (share_from[x] >= 0) os << " seq" << x << "<-seq" << share_from[x] << ":" << share_tokens[x];
   if (pad_rows) os << " pad_rows=" << pad_rows;
   if (pad_seqs) os << " pad_seqs=" << pad_seqs;
   os << " seed=" << seed;
@@ -72,19 +77,39 @@ PagedCase make_paged_case(const PagedCaseSpec& spec) {
     q_seq.push_back(random_tensor(spec.dtype, {spec.q_lens[s], spec.Hq, spec.D}, ss * 3 + 3));
   }
 
-  // Pages: every sequence's, then spare ones, in a random permutation.
+  // Shared prefixes: the keys and values of the shared tokens are the other sequence's.
+  const auto shared_of = [&](std::size_t s) -> std::pair<i64, i64> {
+    if (s >= spec.share_from.size() || spec.share_from[s] < 0) return {-1, 0};
+    return {spec.share_from[s], spec.share_tokens[s]};
+  };
+  for (std::size_t s = 0; s < S; ++s) {
+    const auto [from, n] = shared_of(s);
+    if (from < 0) continue;
+    const auto f = static_cast<std::size_t>(from);
+    const i64 es0 = static_cast<i64>(dtype_size(spec.dtype));
+    std::memcpy(c.k_seq[s].data(), c.k_seq[f].data(), static_cast<std::size_t>(n * spec.Hkv * spec.D * es0));
+    std::memcpy(c.v_seq[s].data(), c.v_seq[f].data(), static_cast<std::size_t>(n * spec.Hkv * spec.Dv * es0));
+  }
+
+  // Pages: every sequence's own, then spare ones, in a random permutation.
   std::vector<i64> need(S);
   i64 total = 0, width = 1;
   for (std::size_t s = 0; s < S; ++s) {
     need[s] = (spec.kv_lens[s] + ps - 1) / ps;
-    total += need[s];
+    total += need[s] - shared_of(s).second / ps;
     width = std::max(width, need[s] + 1);  // one spare column: ignored garbage
   }
   const i64 P = total + spec.spare_pages;
   std::vector<i64> ids(static_cast<std::size_t>(P));
   std::iota(ids.begin(), ids.end(), 0);
   if (spec.permute_pages) std::shuffle(ids.begin(), ids.end(), rng);
-  c.cache = PagedKVCache::host({P, ps, spec.Hkv, spec.D, spec.Dv, spec.dtype});
+  const DType cache_dtype = spec.kv_dtype.value_or(spec.dtype);
+  PagedKVSpec cache_spec{P, ps, spec.Hkv, spec.D, spec.Dv, cache_dtype, spec.scales};
+  std::optional<KVTensorScales> ts;
+  if (spec.kv_dtype && spec.scales == KVScales::per_tensor)
+    ts = spec.tensor_scales.value_or(
+        KVTensorScales{1.1f / kv_code_max(cache_dtype), 1.1f / kv_code_max(cache_dtype)});
+  c.cache = PagedKVCache::host(cache_spec, ts);
 
   const i64 rows = static_cast<i64>(S) + spec.pad_seqs;
   c.cu = Tensor(spec.index_dtype, {rows + 1});
@@ -99,9 +124,14 @@ PagedCase make_paged_case(const PagedCaseSpec& spec) {
     if (real) cu += spec.q_lens[si];
     set_index(c.cu, s + 1, real ? cu : cu + 1000);  // padding sequences: garbage, must be ignored
     set_index(c.kv, s, real ? spec.kv_lens[si] : 1 << 20);
+    const i64 shared_pages = real ? shared_of(si).second / ps : 0;
     for (i64 j = 0; j < width; ++j) {
       i64 id = 1 << 30;  // far outside the pool: columns past the sequence's pages are ignored
-      if (real && j < need[si]) seq_pages[si].push_back(id = ids[static_cast<std::size_t>(next++)]);
+      if (real && j < shared_pages)
+        seq_pages[si].push_back(
+            id = seq_pages[static_cast<std::size_t>(shared_of(si).first)][static_cast<std::size_t>(j)]);
+      else if (real && j < need[si])
+        seq_pages[si].push_back(id = ids[static_cast<std::size_t>(next++)]);
       set_index(c.table, s * width + j, id);
     }
   }
@@ -113,8 +143,8 @@ PagedCase make_paged_case(const PagedCaseSpec& spec) {
     i64 s, j;
   };
   std::vector<Token> tokens;
-  for (std::size_t s = 0; s < S; ++s)
-    for (i64 j = 0; j < spec.kv_lens[s]; ++j) tokens.push_back({static_cast<i64>(s), j});
+  for (std::size_t s = 0; s < S; ++s)  // a shared prefix is written once, by its owner
+    for (i64 j = shared_of(s).second; j < spec.kv_lens[s]; ++j) tokens.push_back({static_cast<i64>(s), j});
   for (int pad = 0; pad < 3; ++pad) tokens.push_back({-1, 0});
   std::shuffle(tokens.begin(), tokens.end(), rng);
   const i64 T = static_cast<i64>(tokens.size());
@@ -141,6 +171,14 @@ PagedCase make_paged_case(const PagedCaseSpec& spec) {
     set_index(slots, t, seq_pages[si][static_cast<std::size_t>(tk.j / ps)] * ps + tk.j % ps);
   }
   c.cache.write(kn, vn, slots);
+  if (spec.kv_dtype)  // the sequences' keys and values are now the cache's: code x scale
+    for (std::size_t s = 0; s < S; ++s) {
+      const TensorView row(static_cast<const char*>(c.table.data()) +
+                               static_cast<i64>(s) * width * static_cast<i64>(dtype_size(spec.index_dtype)),
+                           spec.index_dtype, {width});
+      PagedKVCache::Dense d = c.cache.gather(row, spec.kv_lens[s]);
+      c.k_seq[s] = std::move(d.k), c.v_seq[s] = std::move(d.v);
+    }
 
   // q: the sequences' rows, then padding rows of NaN (they must stay out of every result).
   c.q = Tensor(spec.dtype, {c.N, spec.Hq, spec.D});
@@ -160,6 +198,7 @@ PagedCase make_paged_case(const PagedCaseSpec& spec) {
   c.options.chunk_size = spec.chunk;
   c.options.logits_soft_cap = spec.soft_cap;
   c.options.kv_split_tokens = spec.split;
+  c.options.share_prefixes = spec.share_prefixes;
   c.options.return_lse = true;
   if (spec.sinks) {
     // Not from spec.seed: the invariance tests change the layout seed and keep the data.
@@ -189,7 +228,27 @@ AttentionOptions dense_options(const PagedCase& c) {
 AttentionOutput dense_oracle(const PagedCase& c, std::size_t s, const OperationMetadata& md) {
   OperationMetadata m = md;
   m.backends = {Backend::native};
-  return registry().get("vanilla", m)(q_of(c, s), c.k_seq[s], c.v_seq[s], dense_options(c));
+  if (!c.spec.kv_dtype)
+    return registry().get("vanilla", m)(q_of(c, s), c.k_seq[s], c.v_seq[s], dense_options(c));
+  const Tensor q = Tensor::copy_of(q_of(c, s), DType::f32);
+  AttentionOutput o = registry().get("vanilla", m)(q, c.k_seq[s], c.v_seq[s], dense_options(c));
+  o.attention_outputs = Tensor::copy_of(o.attention_outputs, c.spec.dtype);
+  return o;
+}
+
+SubBatch alone(const PagedCase& c, std::size_t s) {
+  SubBatch b;
+  const i64 width = c.table.dim(1);
+  b.cu = Tensor(DType::i64, {2}), b.kv = Tensor(DType::i64, {1}), b.table = Tensor(DType::i64, {1, width});
+  b.cu.data_as<i64>()[0] = 0;  // its rows are q_alone(c, s)
+  b.cu.data_as<i64>()[1] = c.spec.q_lens[s];
+  b.kv.data_as<i64>()[0] = c.spec.kv_lens[s];
+  for (i64 j = 0; j < width; ++j)
+    b.table.data_as<i64>()[j] = c.table.dtype() == DType::i32
+                                    ? c.table.data_as<std::int32_t>()[static_cast<i64>(s) * width + j]
+                                    : c.table.data_as<i64>()[static_cast<i64>(s) * width + j];
+  b.batch = {b.cu, b.kv, b.table};
+  return b;
 }
 
 AttentionOutput run_paged(const PagedCase& c, Backend b, OperationMetadata md) {

@@ -38,6 +38,15 @@ struct PagedCaseSpec {
   std::optional<double> soft_cap;
   bool sinks = false;
   std::optional<std::int64_t> split;  // kv_split_tokens
+  bool share_prefixes = true;         // PagedAttentionOptions::share_prefixes
+  // An 8-bit cache (int8 / fp8_e4m3) under queries of `dtype`: the sequences' keys and values are
+  // written through write() (quantized), and k_seq / v_seq become the cache's values (gather()).
+  std::optional<DType> kv_dtype;
+  KVScales scales = KVScales::per_token;
+  std::optional<KVTensorScales> tensor_scales;  // per tensor: default 1.1 / the largest code
+  // Shared prefixes: sequence s begins with the first share_tokens[s] keys (whole pages) of
+  // sequence share_from[s] < s, in the same pages (missing or -1: none).
+  std::vector<std::int64_t> share_from, share_tokens;
   std::string describe() const;
 };
 
@@ -62,11 +71,20 @@ TensorView q_of(const PagedCase& c, std::size_t s);
 // The dense call's options for a case (return_lse on).
 AttentionOptions dense_options(const PagedCase& c);
 
-// The dense native (vanilla, fp64 oracle) call on sequence s's keys.
+// The dense native (vanilla, fp64 oracle) call on sequence s's keys (8-bit caches: their values in
+// f32 with q widened to f32, the output rounded to q's dtype: what the paged oracle computes).
 AttentionOutput dense_oracle(const PagedCase& c, std::size_t s, const OperationMetadata& md = {});
 
 // Runs the ragged_paged operator on a case with backend `b` (metadata md, b added in front).
 AttentionOutput run_paged(const PagedCase& c, Backend b, OperationMetadata md = {});
+
+// The batch of the case's sequence s alone: its own index arrays over the same cache, for q =
+// its rows of c.q (q_of(c, s) seen as [q_len, Hq, D]).
+struct SubBatch {
+  Tensor cu, kv, table;
+  RaggedBatch batch;
+};
+SubBatch alone(const PagedCase& c, std::size_t s);
 
 // out [N, Hq, Dv] / lse [N, Hq] rows of sequence s against a dense result [1, q_len, Hq, Dv] /
 // [1, Hq, q_len]: bitwise (tol = 0) or within tol; the message names the worst element.

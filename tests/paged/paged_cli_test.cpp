@@ -2,6 +2,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -89,11 +91,101 @@ TEST(PagedCli, RunOnTheGpu) {
     ASSERT_EQ(r.exit_code, 0) << r.err;
     const auto j = nlohmann::json::parse(r.last_err_line());
     EXPECT_EQ(j["backend"], "gpu") << r.last_err_line();
-    EXPECT_EQ(j["kernel"], "paged_rowwise") << r.last_err_line();
+    EXPECT_EQ(j["kernel"], "paged_decode") << r.last_err_line();  // decode rows: the decode kernel
     EXPECT_EQ(j["batch_invariant"], true);
     EXPECT_TRUE(same_bits(cli::read_npy(f.out), want.attention_outputs)) << "staging " << staging;
     EXPECT_TRUE(same_bits(cli::read_npy(f.lse), *want.lse)) << "staging " << staging;
   }
+}
+
+// 8-bit caches: page files of codes with their scales (int8 '|i1', e4m3 '|u1'), and float page
+// files quantized on load (--kv-dtype): the library's result bit for bit.
+TEST(PagedCli, EightBitPagesAndQuantizingOnLoad) {
+  for (DType kv : {DType::i8, DType::fp8_e4m3})
+    for (KVScales kind : {KVScales::per_token, KVScales::per_tensor}) {
+      PagedCaseSpec s;
+      s.q_lens = {1, 5, 0, 9}, s.kv_lens = {70, 12, 3, 9}, s.page_size = 8;
+      s.kv_dtype = kv, s.scales = kind;
+      const PagedCase c = make_paged_case(s);
+      SCOPED_TRACE(s.describe());
+      const Files f(c);
+      const std::string ks = f.dir.file("ks.npy"), vs = f.dir.file("vs.npy");
+      cli::write_npy(ks, c.cache.k_scales());
+      cli::write_npy(vs, c.cache.v_scales());
+      std::vector<std::string> extra{"--lse-out",  f.lse, "--k-scales", ks,
+                                     "--v-scales", vs,    "--backend",  "cpu"};
+      if (kv == DType::fp8_e4m3) extra.insert(extra.end(), {"--kv-dtype", "fp8_e4m3"});
+      const CliResult r = run_cli(f.args(extra));
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      const AttentionOutput want = run_paged(c, Backend::cpu);
+      EXPECT_TRUE(same_bits(cli::read_npy(f.out), want.attention_outputs));
+      EXPECT_TRUE(same_bits(cli::read_npy(f.lse), *want.lse));
+    }
+  // Float pools quantized on load: the cache write() makes from the same pools.
+  PagedCaseSpec s;
+  s.q_lens = {1, 3}, s.kv_lens = {40, 17}, s.page_size = 4;
+  const PagedCase c = make_paged_case(s);
+  const Files f(c);
+  for (const char* kind : {"per_token", "per_tensor"}) {
+    const CliResult r = run_cli(f.args({"--kv-dtype", "int8", "--kv-scales", kind, "--backend", "cpu"}));
+    ASSERT_EQ(r.exit_code, 0) << r.err << " signal " << r.signal << " timed out " << r.timed_out;
+    const PagedKVSpec& fs = c.cache.spec();
+    const bool token = std::string(kind) == "per_token";
+    std::optional<KVTensorScales> ts;
+    if (!token) {  // each pool's absolute maximum over 127
+      float mk = 0, mv = 0;
+      for (std::int64_t i = 0; i < c.cache.k_pages().numel(); ++i)
+        mk = std::max(mk, std::fabs(c.cache.k_pages().data_as<float>()[i]));
+      for (std::int64_t i = 0; i < c.cache.v_pages().numel(); ++i)
+        mv = std::max(mv, std::fabs(c.cache.v_pages().data_as<float>()[i]));
+      ts = KVTensorScales{mk / 127.f, mv / 127.f};
+    }
+    PagedKVCache q8 = PagedKVCache::host({fs.num_pages, fs.page_size, fs.num_kv_heads, fs.head_dim, fs.dv(),
+                                          DType::i8, token ? KVScales::per_token : KVScales::per_tensor},
+                                         ts);
+    const std::int64_t n = fs.num_pages * fs.page_size;
+    Tensor slots(DType::i64, {n});
+    for (std::int64_t i = 0; i < n; ++i) slots.data_as<std::int64_t>()[i] = i;
+    q8.write(TensorView(c.cache.k_pages().data(), DType::f32, {n, fs.num_kv_heads, fs.head_dim}),
+             TensorView(c.cache.v_pages().data(), DType::f32, {n, fs.num_kv_heads, fs.dv()}), slots);
+    OperationMetadata md;
+    md.backends = {Backend::cpu};
+    const AttentionOutput want = registry().get("ragged_paged", md).paged(c.q, q8, c.batch, c.options);
+    EXPECT_TRUE(same_bits(cli::read_npy(f.out), want.attention_outputs)) << kind;
+  }
+  // Bad input: 8-bit pages without scales, a scale of 0, scales for float pages.
+  PagedCaseSpec e;
+  e.q_lens = {1}, e.kv_lens = {9}, e.kv_dtype = DType::i8;
+  const PagedCase ce = make_paged_case(e);
+  const Files fe(ce);
+  const CliResult a = run_cli(fe.args());
+  EXPECT_EQ(a.exit_code, 2);
+  EXPECT_THAT(a.err, HasSubstr("k_scales"));
+  Tensor zero = Tensor::copy_of(ce.cache.k_scales());
+  zero.data_as<float>()[3] = 0.f;
+  const std::string ks = fe.dir.file("ks.npy"), vs = fe.dir.file("vs.npy");
+  cli::write_npy(ks, zero);
+  cli::write_npy(vs, ce.cache.v_scales());
+  const CliResult b = run_cli(fe.args({"--k-scales", ks, "--v-scales", vs}));
+  EXPECT_EQ(b.exit_code, 2);
+  EXPECT_THAT(b.err, HasSubstr("k_scales: scale [0, 1, 1] is 0"));
+  EXPECT_FALSE(exists(fe.out));
+  const CliResult d = run_cli(f.args({"--k-scales", ks, "--v-scales", vs}));
+  EXPECT_EQ(d.exit_code, 2);
+  EXPECT_THAT(d.err, HasSubstr("--k-scales"));
+}
+
+// `attnops info` says what the serving path offers: the cache dtypes and scale kinds.
+TEST(PagedCli, InfoListsTheServingPath) {
+  const CliResult r = run_cli({"info", "--json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  const auto& dtypes = doc["serving"]["cache_dtypes"];
+  EXPECT_NE(std::find(dtypes.begin(), dtypes.end(), "int8"), dtypes.end()) << doc["serving"].dump();
+  EXPECT_NE(std::find(dtypes.begin(), dtypes.end(), "fp8_e4m3"), dtypes.end());
+  EXPECT_EQ(doc["serving"]["scales"].size(), 2u);
+  const CliResult t = run_cli({"info"});
+  EXPECT_THAT(t.out, HasSubstr("Serving (ragged_paged"));
 }
 
 TEST(PagedCli, BadInputsExitTwoAndWriteNothing) {
@@ -236,10 +328,30 @@ TEST(PagedCli, BenchServingRows) {
     for (const auto& row : gdoc["rows"]) {
       EXPECT_EQ(row["error"], "") << row.dump();
       EXPECT_EQ(row["backend"], "gpu") << row.dump();
-      EXPECT_EQ(row["kernel"], "paged_rowwise") << row.dump();
+      EXPECT_EQ(row["kernel"], "paged_decode") << row.dump();
       EXPECT_LT(row["max_err"].get<double>(), 2e-3) << row.dump();
     }
   }
+  // An 8-bit decode batch and a shared-prefix batch with sharing on and off.
+  cli::testing::write_file(
+      dir.file("q.yaml"),
+      "backends: [cpu]\ndtypes: [bf16]\nrepeats: 1\nread_bandwidth_mib: 16\nserving:\n"
+      "  - {label: q8, seqs: 3, kv_len: [5, 90], q_len: 1, heads: [4, 2], head_dim: 16, page_size: 4,"
+      " kv_dtype: [same, int8, fp8_e4m3]}\n"
+      "  - {label: shared, seqs: 4, kv_len: [5, 40], shared_prefix: 64, q_len: 1, heads: [4, 2],"
+      " head_dim: 16, page_size: 4, kv_split_tokens: 16, share: [on, off]}\n");
+  const CliResult q = run_cli({"bench", "--file", dir.file("q.yaml"), "--serving-json", dir.file("q.json")});
+  ASSERT_EQ(q.exit_code, 0) << q.err;
+  const auto qdoc = nlohmann::json::parse(cli::testing::read_file(dir.file("q.json")));
+  ASSERT_EQ(qdoc["rows"].size(), 5u);
+  for (const auto& row : qdoc["rows"]) {
+    EXPECT_EQ(row["error"], "") << row.dump();
+    EXPECT_LT(row["max_err"].get<double>(), 2e-2) << row.dump();
+  }
+  EXPECT_EQ(qdoc["rows"][1]["kv_dtype"], "int8");
+  EXPECT_EQ(qdoc["rows"][2]["kv_dtype"], "fp8_e4m3");
+  EXPECT_EQ(qdoc["rows"][3]["shared_keys"], 64);  // 4 splits of 16 shared by all 4 sequences
+  EXPECT_EQ(qdoc["rows"][4]["shared_keys"], 0);
   // A wrong key names the file, the line and the key.
   cli::testing::write_file(dir.file("bad.yaml"), "serving:\n  - {seqs: 0}\n");
   const CliResult b = run_cli({"bench", "--file", dir.file("bad.yaml")});

@@ -54,10 +54,12 @@ void expect_clean_validation() {
   EXPECT_EQ(v.sync_hazards, 0u) << "synchronization hazards:" << all;
 }
 
-// The case's pools copied to the device.
+// The case's pools (and an 8-bit cache's scales) copied to the device.
 PagedKVCache device_cache(const PagedCase& c) {
-  return PagedKVCache::from_device(DeviceTensor::from_host(c.cache.k_pages()),
-                                   DeviceTensor::from_host(c.cache.v_pages()));
+  DeviceTensor k = DeviceTensor::from_host(c.cache.k_pages()), v = DeviceTensor::from_host(c.cache.v_pages());
+  if (!c.cache.spec().quantized()) return PagedKVCache::from_device(k, v);
+  return PagedKVCache::from_device(k, v, DeviceTensor::from_host(c.cache.k_scales()),
+                                   DeviceTensor::from_host(c.cache.v_scales()));
 }
 
 // The operator on the gpu over `cache` (the case's or a device copy), q on the host or device.
@@ -149,27 +151,95 @@ PagedCaseSpec random_spec(std::uint64_t seed) {
 
 class GpuRandomBatch : public ::testing::TestWithParam<int> {};
 
+// ATTNOPS_VK_PAGED_ROWWISE=1 for the scope of one test: stream sequences as row tasks
+// (paged_attn), the path of devices without the decode kernel's subgroup operations.
+struct ForceRowwise {
+  explicit ForceRowwise(bool on) : on(on) {
+    if (on) setenv("ATTNOPS_VK_PAGED_ROWWISE", "1", 1);
+  }
+  ~ForceRowwise() {
+    if (on) unsetenv("ATTNOPS_VK_PAGED_ROWWISE");
+  }
+  bool on;
+};
+
+// Whether the batch has stream sequences (the decode kernel's units).
+bool has_stream(const PagedCase& c) {
+  const PagedPlan plan = plan_paged(c.batch, c.cache.spec(), c.N, c.spec.Hq, c.options);
+  for (const PagedWorkItem& it : plan.work())
+    if (it.kind != PagedWorkKind::tile) return true;
+  return false;
+}
+
+// The kernel a call reports: paged_decode where stream sequences ran on it (lavapipe has its
+// subgroup shuffles), paged_rowwise otherwise.
+void expect_kernel(const PagedCase& c, const AttentionOutput& o, bool rowwise) {
+  if (rowwise || !has_stream(c))
+    EXPECT_EQ(o.decision.run.kernel, "paged_rowwise") << o.decision.run.kernel_detail;
+  else
+    EXPECT_EQ(o.decision.run.kernel, "paged_decode") << o.decision.run.kernel_detail;
+}
+
 // Host cache (uploaded) and device cache (in place) against the dense oracle; both bitwise equal.
+// Odd cases force the row-wise path.
 TEST_P(GpuRandomBatch, WithinTheDenseTolerancesWithHostAndDeviceCaches) {
   REQUIRE_GPU();
   const PagedCaseSpec spec = random_spec(static_cast<std::uint64_t>(GetParam()) + 500);
   SCOPED_TRACE(spec.describe());
+  const ForceRowwise rowwise(GetParam() % 2 == 1);
   const PagedCase c = make_paged_case(spec);
   const AttentionOutput host = run_gpu(c, c.cache);
   ASSERT_EQ(host.decision.backend, Backend::gpu) << host.decision.to_json();
   EXPECT_TRUE(host.decision.run.batch_invariant);
-  EXPECT_EQ(host.decision.run.kernel, "paged_rowwise");
+  expect_kernel(c, host, rowwise.on);
   EXPECT_TRUE(padding_is_empty(c, host));
   const Tolerance tol = tolerance_for(spec.dtype);
   for (std::size_t s = 0; s < spec.q_lens.size(); ++s)
     EXPECT_TRUE(rows_match(c, s, host, dense_oracle(c, s), tol.out, tol.lse));
-  const AttentionOutput dev = run_gpu(c, device_cache(c), /*q_on_device=*/GetParam() % 2 == 1);
-  EXPECT_EQ(dev.decision.run.output, GetParam() % 2 == 1 ? "device" : "host");
+  const AttentionOutput dev = run_gpu(c, device_cache(c), /*q_on_device=*/GetParam() % 4 >= 2);
+  EXPECT_EQ(dev.decision.run.output, GetParam() % 4 >= 2 ? "device" : "host");
   EXPECT_TRUE(same_bits(dev.attention_outputs, host.attention_outputs));
   EXPECT_TRUE(same_bits(*dev.lse, *host.lse));
 }
 
 INSTANTIATE_TEST_SUITE_P(PagedGpu, GpuRandomBatch, ::testing::Range(0, random_case_count(12)));
+
+// 8-bit caches (both dtypes, both scale kinds, every q dtype) on the gpu, host and device pools,
+// against the oracle over their values; a batch with a shared prefix gives the same bits with
+// sharing on and off (the gpu reads each row's keys itself).
+class GpuQuantBatch : public ::testing::TestWithParam<int> {};
+
+TEST_P(GpuQuantBatch, WithinTheDenseTolerancesWithHostAndDeviceCaches) {
+  REQUIRE_GPU();
+  const int x = GetParam();
+  PagedCaseSpec spec = random_spec(static_cast<std::uint64_t>(x) + 900);
+  spec.kv_dtype = x % 2 ? DType::i8 : DType::fp8_e4m3;
+  spec.scales = (x / 2) % 2 ? KVScales::per_tensor : KVScales::per_token;
+  spec.dtype = x % 3 == 0 ? DType::f32 : x % 3 == 1 ? DType::bf16 : DType::f16;
+  if (x % 4 == 3 && spec.q_lens.size() >= 2 && spec.q_lens[0] > 0 && spec.q_lens[1] > 0) {
+    // Sequence 1 begins with sequence 0's first page(s).
+    const std::int64_t shared = std::min(spec.kv_lens[0], spec.kv_lens[1]) / spec.page_size * spec.page_size;
+    spec.share_from = {-1, 0}, spec.share_tokens = {0, shared};
+  }
+  SCOPED_TRACE(spec.describe());
+  const ForceRowwise rowwise(x % 5 == 4);
+  const PagedCase c = make_paged_case(spec);
+  const AttentionOutput host = run_gpu(c, c.cache);
+  ASSERT_EQ(host.decision.backend, Backend::gpu) << host.decision.to_json();
+  expect_kernel(c, host, rowwise.on);
+  Tolerance tol = tolerance_for(spec.dtype);
+  for (std::size_t s = 0; s < spec.q_lens.size(); ++s)
+    EXPECT_TRUE(rows_match(c, s, host, dense_oracle(c, s), tol.out, tol.lse));
+  const AttentionOutput dev = run_gpu(c, device_cache(c), /*q_on_device=*/x % 2 == 0);
+  EXPECT_TRUE(same_bits(dev.attention_outputs, host.attention_outputs));
+  EXPECT_TRUE(same_bits(*dev.lse, *host.lse));
+  PagedCase off = c;
+  off.options.share_prefixes = false;
+  const AttentionOutput unshared = run_gpu(off, off.cache);
+  EXPECT_TRUE(same_bits(unshared.attention_outputs, host.attention_outputs));
+}
+
+INSTANTIATE_TEST_SUITE_P(PagedGpu, GpuQuantBatch, ::testing::Range(0, random_case_count(10)));
 
 // A long decode split into many ranges, a prefill past a page of 128, MQA, D != Dv, sinks.
 TEST(PagedGpu, LongDecodeSplitsAndPrefillPastAPage) {
@@ -336,7 +406,8 @@ TEST(PagedGpu, DenseCallsRunThePagedKernel) {
     SCOPED_TRACE(c.describe());
     const AttentionOutput o = attn(c.q, c.k, c.v, c.options);
     ASSERT_EQ(o.decision.backend, Backend::gpu) << o.decision.to_json();
-    EXPECT_EQ(o.decision.run.kernel, "paged_rowwise");
+    // Decode-like sequences (G * Tq <= 32) run on the decode kernel, the others row by row.
+    EXPECT_EQ(o.decision.run.kernel, 2 * Tq <= kPagedStreamMaxRows ? "paged_decode" : "paged_rowwise");
     AttentionBuffers b;
     b.out = o.attention_outputs;
     b.lse = o.lse;

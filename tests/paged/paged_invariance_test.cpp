@@ -1,6 +1,6 @@
-// Batch invariance and the other invariances of ragged_paged (issue 16, Tests), bitwise on native
-// and cpu: permuting the physical pages, changing the page size, padding rows and padding
-// sequences, a sequence alone vs inside a mixed batch, 1 vs 2 threads. And merge_states: the
+// Batch invariance and the other invariances of ragged_paged, bitwise on native and cpu, over
+// float and 8-bit caches: permuting the physical pages, changing the page size, padding rows and
+// padding sequences, a sequence alone vs inside a mixed batch, 1, 2 and 3 threads. And merge_states: the
 // merge of two halves of the keys equals the unsplit result.
 #include <gtest/gtest.h>
 
@@ -16,8 +16,11 @@ namespace {
 
 using i64 = std::int64_t;
 
+// The cache of a case: q's dtype, or int8 with per-token scales, or fp8_e4m3 with one per tensor.
+enum class Kv { same, int8_token, fp8_tensor };
+
 // A mixed batch: decode (long, split), chunked prefill, prefill (a tile item), speculative.
-PagedCaseSpec mixed(DType dt) {
+PagedCaseSpec mixed(DType dt, Kv kv) {
   PagedCaseSpec s;
   s.q_lens = {1, 24, 70, 3, 1};
   s.kv_lens = {700, 100, 70, 45, 9};
@@ -28,6 +31,8 @@ PagedCaseSpec mixed(DType dt) {
   s.window = Window{300, 0};
   s.soft_cap = 20.0;
   s.sinks = true;
+  if (kv == Kv::int8_token) s.kv_dtype = DType::i8;
+  if (kv == Kv::fp8_tensor) s.kv_dtype = DType::fp8_e4m3, s.scales = KVScales::per_tensor;
   return s;
 }
 
@@ -48,11 +53,11 @@ OperationMetadata threads(int n) {
   return md;
 }
 
-class Invariance : public ::testing::TestWithParam<std::tuple<Backend, DType>> {};
+class Invariance : public ::testing::TestWithParam<std::tuple<Backend, DType, Kv>> {};
 
 TEST_P(Invariance, PagePermutationAndPageSizeChangeNoBit) {
-  const auto [b, dt] = GetParam();
-  PagedCaseSpec s = mixed(dt);
+  const auto [b, dt, kv] = GetParam();
+  PagedCaseSpec s = mixed(dt, kv);
   s.page_size = 16;
   s.permute_pages = false;
   const PagedCase base = make_paged_case(s);
@@ -70,8 +75,8 @@ TEST_P(Invariance, PagePermutationAndPageSizeChangeNoBit) {
 }
 
 TEST_P(Invariance, ASequenceAloneOrInsideAnyBatchGivesTheSameBits) {
-  const auto [b, dt] = GetParam();
-  const PagedCaseSpec s = mixed(dt);
+  const auto [b, dt, kv] = GetParam();
+  const PagedCaseSpec s = mixed(dt, kv);
   const PagedCase batch = make_paged_case(s);
   const AttentionOutput all = run_paged(batch, b, threads(2));
   for (std::size_t x = 0; x < s.q_lens.size(); ++x) {
@@ -95,20 +100,28 @@ TEST_P(Invariance, ASequenceAloneOrInsideAnyBatchGivesTheSameBits) {
     EXPECT_EQ(row_bytes(other, S - 1 - x, o), row_bytes(batch, x, all)) << "sequence " << x;
 }
 
-TEST_P(Invariance, OneAndTwoThreadsGiveTheSameBits) {
-  const auto [b, dt] = GetParam();
-  const PagedCase c = make_paged_case(mixed(dt));
-  const AttentionOutput one = run_paged(c, b, threads(1)), two = run_paged(c, b, threads(2));
-  EXPECT_TRUE(same_bits(one.attention_outputs, two.attention_outputs));
-  EXPECT_TRUE(same_bits(*one.lse, *two.lse));
+TEST_P(Invariance, OneTwoAndThreeThreadsGiveTheSameBits) {
+  const auto [b, dt, kv] = GetParam();
+  const PagedCase c = make_paged_case(mixed(dt, kv));
+  const AttentionOutput one = run_paged(c, b, threads(1));
+  for (int n : {2, 3}) {
+    const AttentionOutput o = run_paged(c, b, threads(n));
+    EXPECT_TRUE(same_bits(one.attention_outputs, o.attention_outputs)) << n << " threads";
+    EXPECT_TRUE(same_bits(*one.lse, *o.lse)) << n << " threads";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Paged, Invariance,
                          ::testing::Combine(::testing::Values(Backend::native, Backend::cpu),
-                                            ::testing::Values(DType::f32, DType::bf16)),
+                                            ::testing::Values(DType::f32, DType::bf16),
+                                            ::testing::Values(Kv::same, Kv::int8_token, Kv::fp8_tensor)),
                          [](const auto& info) {
+                           const Kv kv = std::get<2>(info.param);
                            return std::string(backend_name(std::get<0>(info.param))) + "_" +
-                                  std::string(dtype_name(std::get<1>(info.param)));
+                                  std::string(dtype_name(std::get<1>(info.param))) +
+                                  (kv == Kv::int8_token   ? "_kv_int8"
+                                   : kv == Kv::fp8_tensor ? "_kv_fp8_tensor"
+                                                          : "");
                          });
 
 // merge_states of the results over two halves of the keys equals the result over all of them

@@ -6,7 +6,8 @@
 // in shared memory), invocation 0 takes the block's max and weights in key order (a fixed order:
 // the result does not depend on the batch), then each invocation accumulates its own output
 // dimensions over the block's keys in key order. Writes the partial state (acc, m, l) of the
-// task; paged_merge.comp combines a row's tasks. fp32 statistics and accumulators.
+// task; paged_merge.comp combines a row's tasks. fp32 statistics and accumulators. 8-bit pools:
+// a key's logit is its code dot product times its k scale, its weight times its v scale.
 #extension GL_GOOGLE_include_directive : require
 #include "paged_io.glsl"
 
@@ -18,6 +19,7 @@ const int ACC = MAXD / WG;   // output dimensions per invocation
 shared float q_s[MAXD];
 shared float p_s[WG];   // the block's logits, then their weights
 shared uint vrow_s[WG]; // element offset of each key's v row
+shared float vscale_s[WG]; // each key's v scale (8-bit pools; 1 otherwise)
 shared float alpha_s;
 
 void main() {
@@ -45,8 +47,9 @@ void main() {
       const uint kb = pc.k_off + uint(page) * pc.k_sp + uint(r) * pc.k_sr + uint(hk) * pc.k_sh;
       float dot = 0.0;
       for (int d = 0; d < pc.D; ++d) dot += q_s[d] * k_elem(kb + uint(d));
-      p_s[tid] = paged_logit(dot);
+      p_s[tid] = paged_logit(dot * k_scale_of(page, r, hk));
       vrow_s[tid] = pc.v_off + uint(page) * pc.v_sp + uint(r) * pc.v_sr + uint(hk) * pc.v_sh;
+      vscale_s[tid] = v_scale_of(page, r, hk);
     }
     barrier();
     if (tid == 0) {
@@ -73,7 +76,7 @@ void main() {
       float a = alpha != 1.0 ? acc[c] * alpha : acc[c];
       for (int u = 0; u < nj; ++u) {
         const float p = p_s[u];
-        if (p != 0.0) a += p * v_elem(vrow_s[u] + uint(d));  // weight 0: v never multiplied
+        if (p != 0.0) a += (p * vscale_s[u]) * v_elem(vrow_s[u] + uint(d));  // weight 0: v never multiplied
       }
       acc[c] = a;
     }
