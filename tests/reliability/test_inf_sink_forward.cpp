@@ -46,7 +46,9 @@ TEST_P(InfSinkForward, TheHeadIsZeroWhateverVHolds) {
   ASSERT_EQ(static_cast<std::size_t>(got.attention_outputs.numel()), want.out.size());
   for (std::size_t e = 0; e < want.out.size(); ++e) {
     const std::int64_t h = static_cast<std::int64_t>(e / 16) % 4;
-    if (h == 1) ASSERT_EQ(got.attention_outputs.at(e), 0.f) << "out[" << e << "] of the +inf sink's head";
+    if (h == 1) {
+      ASSERT_EQ(got.attention_outputs.at(e), 0.f) << "out[" << e << "] of the +inf sink's head";
+    }
     ASSERT_EQ(cls(got.attention_outputs.at(e)), cls(want.out[e]))
         << "out[" << e << "] = " << got.attention_outputs.at(e) << ", oracle " << want.out[e];
   }
