@@ -73,7 +73,10 @@ shared float ssh[NSG * 16u * SSTR];
 shared float16_t psh[NSG * 16u * PSTR];
 shared float osh[NSG * 16u * OSTR];
 shared float row_alpha[NSG * 16u], row_l[NSG * 16u], row_m[NSG * 16u];
-shared uint nonfinite_v[2];  // per tile parity: the V tile holds NaN / Inf
+// Per tile parity: the V tile holds NaN / Inf. Four words, not two, so that every shared array is
+// a whole number of 16-byte units: on an H200 (driver 580) the matrix loads from kvsh read 8 bytes
+// early, as if the arrays' placement left kvsh 8 bytes off a 16-byte boundary.
+shared uint nonfinite_v[4];
 
 // Eight f16 values (a 16-byte load, element 2k in the low half of word k) into kvsh at `at`,
 // bit for bit.
