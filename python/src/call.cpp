@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <array>
 #include <climits>
-#include <cstdio>
 #include <cstring>
 #include <string_view>
 
@@ -170,41 +169,6 @@ std::vector<Backend> parse_backends(py::handle obj, const char* what) {
   return out;
 }
 
-std::string Overrides::key() const {
-  std::string k;
-  if (backends) {
-    k += "b";
-    for (Backend b : *backends) k += std::string(backend_name(b)) + ",";
-  }
-  if (softmax_scale) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "s%a;", *softmax_scale);  // exact: every bit of the scale
-    k += buf;
-  }
-  if (runtime_dtype) k += "d" + std::string(dtype_name(*runtime_dtype));
-  if (num_threads) k += "t" + std::to_string(*num_threads);
-  return k;
-}
-
-void Overrides::apply(Config& config) const {
-  if (backends) {
-    // As the CLI's --backend: the list replaces every configured preference, and a backend it
-    // names is no longer disabled.
-    config.backends = *backends;
-    const auto named = [&](Backend b) {
-      return std::find(backends->begin(), backends->end(), b) != backends->end();
-    };
-    if (config.disabled_backends) std::erase_if(*config.disabled_backends, named);
-    for (auto& [name, op] : config.operators) {
-      op.backends.reset();
-      if (op.disabled_backends) std::erase_if(*op.disabled_backends, named);
-    }
-  }
-  if (softmax_scale) config.softmax_scale = softmax_scale;
-  if (runtime_dtype) config.runtime_dtype = runtime_dtype;
-  if (num_threads) config.num_threads = num_threads;
-}
-
 CallArgs parse_call_args(const py::kwargs& kwargs) {
   CallArgs a;
   if (!kwargs) return a;
@@ -250,11 +214,11 @@ CallArgs parse_call_args(const py::kwargs& kwargs) {
     } else if (key == "profile") {
       o.profile = as_bool(value, "profile");
     } else if (key == "backend") {
-      if (!none) a.overrides.backends = parse_backends(value, "backend");
+      if (!none) o.backends = parse_backends(value, "backend");
     } else if (key == "softmax_scale") {
-      if (!none) a.overrides.softmax_scale = as_double(value, "softmax_scale");
+      if (!none) o.softmax_scale = as_double(value, "softmax_scale");
     } else if (key == "runtime_dtype") {
-      if (!none) a.overrides.runtime_dtype = parse_dtype_arg(value, "runtime_dtype");
+      if (!none) o.runtime_dtype = parse_dtype_arg(value, "runtime_dtype");
     } else if (key == "num_threads") {
       if (!none) {
         const std::int64_t n = as_int(value, "num_threads");
@@ -262,7 +226,7 @@ CallArgs parse_call_args(const py::kwargs& kwargs) {
           throw Error(
               ErrorCode::invalid_argument,
               "num_threads: expected 0 (OpenMP's default) or a positive count, got " + std::to_string(n));
-        a.overrides.num_threads = static_cast<int>(n);
+        o.num_threads = static_cast<int>(n);
       }
     } else if (key != "dtype") {
       unknown_keyword(key);
