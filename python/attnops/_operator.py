@@ -66,12 +66,13 @@ class Operator:
         ("auto", "cpu", "gpu,cpu", [...]), softmax_scale (None: 1/sqrt(D)), runtime_dtype and
         num_threads (0: OpenMP's default) override the operator's configuration for this call.
         """
-        return self._impl(
-            q, k, v, causal=causal, sliding_window=sliding_window, chunk_size=chunk_size,
-            segment_ids_q=segment_ids_q, segment_ids_kv=segment_ids_kv, bias=bias,
-            logits_soft_cap=logits_soft_cap, sinks=sinks, mask=mask, return_lse=return_lse,
-            return_weights=return_weights, profile=profile, backend=backend, softmax_scale=softmax_scale,
-            runtime_dtype=runtime_dtype, num_threads=num_threads, dtype=dtype, **unknown)
+        if unknown:
+            self._impl(q, k, v, **unknown)  # a TypeError naming the nearest known keyword
+        # The values in the extension's order (python/src/call.h, Keyword): no dict, no names.
+        return self._impl._call(
+            q, k, v, causal, sliding_window, chunk_size, segment_ids_q, segment_ids_kv, bias, logits_soft_cap,
+            sinks, mask, return_lse, return_weights, profile, backend, softmax_scale, runtime_dtype,
+            num_threads, dtype)
 
     def plan(
         self,
@@ -98,12 +99,12 @@ class Operator:
         **unknown: Any,
     ) -> Dict[str, Any]:
         """The decision (a dict) op(q, k, v, ...) would get with these keywords, without running."""
-        return self._impl.plan(
-            q, k, v, causal=causal, sliding_window=sliding_window, chunk_size=chunk_size,
-            segment_ids_q=segment_ids_q, segment_ids_kv=segment_ids_kv, bias=bias,
-            logits_soft_cap=logits_soft_cap, sinks=sinks, mask=mask, return_lse=return_lse,
-            return_weights=return_weights, backend=backend, softmax_scale=softmax_scale,
-            runtime_dtype=runtime_dtype, num_threads=num_threads, dtype=dtype, **unknown)
+        if unknown:
+            self._impl.plan(q, k, v, **unknown)  # a TypeError naming the nearest known keyword
+        return self._impl._plan(
+            q, k, v, causal, sliding_window, chunk_size, segment_ids_q, segment_ids_kv, bias, logits_soft_cap,
+            sinks, mask, return_lse, return_weights, False, backend, softmax_scale, runtime_dtype,
+            num_threads, dtype)
 
     def backward(
         self,
@@ -134,12 +135,17 @@ class Operator:
         """Gradients of a forward call with these inputs and keywords: out and lse from that call
         (return_lse=True), dout [B, Tq, Hq, Dv] the gradient of out. Returns attnops.Gradients
         (dq, dk, dv, dsinks, dbias, decision); it unpacks as (dq, dk, dv, dsinks, dbias)."""
-        return self._impl.backward(
-            q, k, v, out, lse, dout, causal=causal, sliding_window=sliding_window, chunk_size=chunk_size,
-            segment_ids_q=segment_ids_q, segment_ids_kv=segment_ids_kv, bias=bias,
-            logits_soft_cap=logits_soft_cap, sinks=sinks, mask=mask, profile=profile, backend=backend,
-            softmax_scale=softmax_scale, runtime_dtype=runtime_dtype, num_threads=num_threads, dtype=dtype,
-            **unknown)
+        if unknown:
+            # return_lse / return_weights (ignored, as in C++) pass; another is a TypeError naming
+            # the nearest known keyword.
+            unknown.pop("return_lse", None)
+            unknown.pop("return_weights", None)
+            if unknown:
+                self._impl.backward(q, k, v, out, lse, dout, **unknown)
+        return self._impl._backward(
+            q, k, v, out, lse, dout, causal, sliding_window, chunk_size, segment_ids_q, segment_ids_kv, bias,
+            logits_soft_cap, sinks, mask, False, False, profile, backend, softmax_scale, runtime_dtype,
+            num_threads, dtype)
 
     def paged(
         self,

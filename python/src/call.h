@@ -14,6 +14,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <array>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,9 +35,37 @@ struct CallArgs {
   std::optional<BorrowedTensor> segment_ids_q, segment_ids_kv, bias, sinks;
 };
 
+// The keywords, in the order of the positional form (attnops/_operator.py passes them so).
+enum class Keyword {
+  causal,
+  sliding_window,
+  chunk_size,
+  segment_ids_q,
+  segment_ids_kv,
+  bias,
+  logits_soft_cap,
+  sinks,
+  mask,
+  return_lse,
+  return_weights,
+  profile,
+  backend,
+  softmax_scale,
+  runtime_dtype,
+  num_threads,
+  dtype
+};
+inline constexpr std::size_t kNumKeywords = 17;
+// One value per keyword, in Keyword's order; a null handle or None is "not given" (None is a
+// value only for the bools, where it is a TypeError).
+using CallValues = std::array<py::handle, kNumKeywords>;
+
 // Parses keyword arguments (the forward's, plan's and backward's: the backward ignores
-// return_lse / return_weights, as the C++ API does).
+// return_lse / return_weights, as the C++ API does). An unknown keyword is a TypeError naming the
+// nearest known one.
 CallArgs parse_call_args(const py::kwargs& kwargs);
+// The same from values in Keyword's order: the declared wrapper's fast path (no dict, no names).
+CallArgs parse_call_values(const CallValues& values);
 
 // "f32", "f16", "bf16" (also "float32", "float16", "bfloat16", a numpy dtype or torch dtype of
 // those); TypeError / ValueError naming `what` otherwise.

@@ -68,8 +68,7 @@ class Operator {
       : config_(config ? std::move(config) : std::make_shared<const Config>()),
         base_(registry().get(name, *config_)) {}
 
-  py::object call(py::handle q, py::handle k, py::handle v, const py::kwargs& kwargs) {
-    CallArgs a = parse_call_args(kwargs);
+  py::object call(py::handle q, py::handle k, py::handle v, const CallArgs& a) {
     const BorrowedTensor bq = borrow(q, "q", a.uint16_is_bf16), bk = borrow(k, "k", a.uint16_is_bf16),
                          bv = borrow(v, "v", a.uint16_is_bf16);
     AttentionOutput out = without_gil([&] { return base_(bq.view, bk.view, bv.view, a.options); });
@@ -86,8 +85,7 @@ class Operator {
     return py::cast(std::move(r));
   }
 
-  py::dict plan(py::handle q, py::handle k, py::handle v, const py::kwargs& kwargs) {
-    CallArgs a = parse_call_args(kwargs);
+  py::dict plan(py::handle q, py::handle k, py::handle v, const CallArgs& a) {
     const BorrowedTensor bq = borrow(q, "q", a.uint16_is_bf16), bk = borrow(k, "k", a.uint16_is_bf16),
                          bv = borrow(v, "v", a.uint16_is_bf16);
     const DispatchDecision d = without_gil([&] { return base_.plan(bq.view, bk.view, bv.view, a.options); });
@@ -95,8 +93,7 @@ class Operator {
   }
 
   py::object backward(py::handle q, py::handle k, py::handle v, py::handle out, py::handle lse,
-                      py::handle dout, const py::kwargs& kwargs) {
-    CallArgs a = parse_call_args(kwargs);
+                      py::handle dout, const CallArgs& a) {
     const bool bf = a.uint16_is_bf16;
     const BorrowedTensor bq = borrow(q, "q", bf), bk = borrow(k, "k", bf), bv = borrow(v, "v", bf),
                          bout = borrow(out, "out", bf), blse = borrow(lse, "lse", false),
@@ -149,6 +146,17 @@ class Operator {
   std::shared_ptr<const Config> config_;
   Attention base_;
 };
+
+// The keyword values of the declared wrapper (attnops/_operator.py), passed positionally in
+// Keyword's order.
+CallArgs positional_args(const py::args& values) {
+  if (values.size() != kNumKeywords)
+    throw py::type_error("expected " + std::to_string(kNumKeywords) + " keyword values in order, got " +
+                         std::to_string(values.size()));
+  CallValues v{};
+  for (std::size_t i = 0; i < kNumKeywords; ++i) v[i] = values[i];
+  return parse_call_values(v);
+}
 
 py::list backend_names(const std::vector<Backend>& bs) {
   py::list l;
@@ -280,14 +288,46 @@ void bind_operator(py::module_& m) {
              return std::make_unique<Operator>(name, std::move(config));
            }),
            py::arg("name"), py::arg("config") = nullptr)
-      .def("__call__", &Operator::call, py::arg("q"), py::arg("k"), py::arg("v"), kCallDoc)
-      .def("plan", &Operator::plan, py::arg("q"), py::arg("k"), py::arg("v"),
-           "The decision (a dict) the call would get, without running it. Same keywords as op(...).")
-      .def("backward", &Operator::backward, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),
-           py::arg("lse"), py::arg("dout"),
-           "Gradients of a forward call with these inputs and options: out and lse from that call "
-           "(return_lse=True), dout [B, Tq, Hq, Dv] the gradient of out. Returns Gradients (dq, dk, dv, "
-           "dsinks, dbias, decision).")
+      .def(
+          "__call__",
+          [](Operator& o, py::handle q, py::handle k, py::handle v, const py::kwargs& kw) {
+            return o.call(q, k, v, parse_call_args(kw));
+          },
+          py::arg("q"), py::arg("k"), py::arg("v"), kCallDoc)
+      .def(
+          "plan",
+          [](Operator& o, py::handle q, py::handle k, py::handle v, const py::kwargs& kw) {
+            return o.plan(q, k, v, parse_call_args(kw));
+          },
+          py::arg("q"), py::arg("k"), py::arg("v"),
+          "The decision (a dict) the call would get, without running it. Same keywords as op(...).")
+      .def(
+          "_call",
+          [](Operator& o, py::handle q, py::handle k, py::handle v, const py::args& values) {
+            return o.call(q, k, v, positional_args(values));
+          },
+          "op(q, k, v, ...) with the keyword values in Keyword's order (attnops.Operator's fast path).")
+      .def(
+          "_plan",
+          [](Operator& o, py::handle q, py::handle k, py::handle v, const py::args& values) {
+            return o.plan(q, k, v, positional_args(values));
+          },
+          "plan(q, k, v, ...) with the keyword values in Keyword's order.")
+      .def(
+          "_backward",
+          [](Operator& o, py::handle q, py::handle k, py::handle v, py::handle out, py::handle lse,
+             py::handle dout,
+             const py::args& values) { return o.backward(q, k, v, out, lse, dout, positional_args(values)); },
+          "backward(q, k, v, out, lse, dout, ...) with the keyword values in Keyword's order.")
+      .def(
+          "backward",
+          [](Operator& o, py::handle q, py::handle k, py::handle v, py::handle out, py::handle lse,
+             py::handle dout,
+             const py::kwargs& kw) { return o.backward(q, k, v, out, lse, dout, parse_call_args(kw)); },
+          py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("dout"),
+          "Gradients of a forward call with these inputs and options: out and lse from that call "
+          "(return_lse=True), dout [B, Tq, Hq, Dv] the gradient of out. Returns Gradients (dq, dk, dv, "
+          "dsinks, dbias, decision).")
       .def(
           "paged",
           [](Operator& o, py::handle q, py::handle cache, py::handle batch, const py::kwargs& kw) {
