@@ -160,13 +160,19 @@ std::string DispatchDecision::to_json() const {
   if (settings.any()) {
     os << ", \"settings\": {";
     const char* sep = "";
-    if (settings.softmax_scale) os << sep << "\"softmax_scale\": " << exact(*settings.softmax_scale), sep = ", ";
+    if (settings.softmax_scale) {
+      os << sep << "\"softmax_scale\": " << exact(*settings.softmax_scale);
+      sep = ", ";
+    }
     if (settings.runtime_dtype) {
       os << sep << "\"runtime_dtype\": ";
       json_string(os, dtype_name(*settings.runtime_dtype));
       sep = ", ";
     }
-    if (settings.num_threads) os << sep << "\"num_threads\": " << *settings.num_threads, sep = ", ";
+    if (settings.num_threads) {
+      os << sep << "\"num_threads\": " << *settings.num_threads;
+      sep = ", ";
+    }
     if (settings.backends) {
       os << sep << "\"backends\": [";
       for (std::size_t i = 0; i < settings.backends->size(); ++i) {
