@@ -156,15 +156,20 @@ class PagedKVCache:
     @staticmethod
     def host(
         num_pages: int, page_size: int, num_kv_heads: int, head_dim: int, *, head_dim_v: int = 0,
-        dtype: DTypeLike = "f32"
+        dtype: DTypeLike = "f32", scales: str = "per_token", k_scale: Optional[float] = None,
+        v_scale: Optional[float] = None
     ) -> PagedKVCache: ...
     @staticmethod
     def device(
         num_pages: int, page_size: int, num_kv_heads: int, head_dim: int, *, head_dim_v: int = 0,
-        dtype: DTypeLike = "f32", allow_software: bool = False, device: str = ""
+        dtype: DTypeLike = "f32", allow_software: bool = False, device: str = "", scales: str = "per_token",
+        k_scale: Optional[float] = None, v_scale: Optional[float] = None
     ) -> PagedKVCache: ...
     @staticmethod
-    def wrap(k_pages: ArrayLike, v_pages: ArrayLike, *, dtype: Optional[DTypeLike] = None) -> PagedKVCache: ...
+    def wrap(
+        k_pages: ArrayLike, v_pages: ArrayLike, *, dtype: Optional[DTypeLike] = None, k_scales: Any = None,
+        v_scales: Any = None
+    ) -> PagedKVCache: ...
     def write(
         self, k_new: ArrayLike, v_new: ArrayLike, slot_mapping: ArrayLike, *, dtype: Optional[DTypeLike] = None
     ) -> None: ...
@@ -173,6 +178,10 @@ class PagedKVCache:
     def k_pages(self) -> Any: ...
     @property
     def v_pages(self) -> Any: ...
+    @property
+    def k_scales(self) -> Any: ...
+    @property
+    def v_scales(self) -> Any: ...
     @property
     def spec(self) -> Dict[str, Any]: ...
     @property
@@ -206,7 +215,7 @@ class PagedPlan:
 def plan_paged(
     batch: RaggedBatch, cache: PagedKVCache, num_tokens: int, num_q_heads: int, *, causal: bool = True,
     sliding_window: Optional[Union[int, Tuple[int, int]]] = None, chunk_size: Optional[int] = None,
-    kv_split_tokens: Optional[int] = None
+    kv_split_tokens: Optional[int] = None, share_prefixes: bool = True
 ) -> PagedPlan: ...
 def merge_states(
     out_a: ArrayLike, lse_a: ArrayLike, out_b: ArrayLike, lse_b: ArrayLike, *, dtype: Optional[DTypeLike] = None

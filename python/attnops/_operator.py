@@ -160,6 +160,7 @@ class Operator:
         sinks: Any = None,
         return_lse: bool = False,
         kv_split_tokens: Optional[int] = None,
+        share_prefixes: bool = True,
         backend: Optional[Backends] = None,
         softmax_scale: Optional[float] = None,
         runtime_dtype: Optional[DTypeLike] = None,
@@ -173,7 +174,8 @@ class Operator:
         return self._impl.paged(
             q, cache, batch, causal=causal, sliding_window=sliding_window, chunk_size=chunk_size,
             logits_soft_cap=logits_soft_cap, sinks=sinks, return_lse=return_lse,
-            kv_split_tokens=kv_split_tokens, backend=backend, softmax_scale=softmax_scale,
+            kv_split_tokens=kv_split_tokens, share_prefixes=share_prefixes, backend=backend,
+            softmax_scale=softmax_scale,
             runtime_dtype=runtime_dtype, num_threads=num_threads, dtype=dtype, **unknown)
 
     def explain_paged(
@@ -189,6 +191,7 @@ class Operator:
         sinks: Any = None,
         return_lse: bool = False,
         kv_split_tokens: Optional[int] = None,
+        share_prefixes: bool = True,
         backend: Optional[Backends] = None,
         softmax_scale: Optional[float] = None,
         runtime_dtype: Optional[DTypeLike] = None,
@@ -200,7 +203,8 @@ class Operator:
         return self._impl.explain_paged(
             q, cache, batch, causal=causal, sliding_window=sliding_window, chunk_size=chunk_size,
             logits_soft_cap=logits_soft_cap, sinks=sinks, return_lse=return_lse,
-            kv_split_tokens=kv_split_tokens, backend=backend, softmax_scale=softmax_scale,
+            kv_split_tokens=kv_split_tokens, share_prefixes=share_prefixes, backend=backend,
+            softmax_scale=softmax_scale,
             runtime_dtype=runtime_dtype, num_threads=num_threads, dtype=dtype, **unknown)
 
     def _time_calls(self, q: Any, k: Any, v: Any, n: int, **options: Any) -> Tuple[float, float]:

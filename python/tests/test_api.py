@@ -54,6 +54,7 @@ def test_operator_methods_declare_their_keywords(method, absent):
 def test_paged_methods_declare_their_keywords():
     kw = keyword_defaults(attnops.Operator.paged)
     assert kw["kv_split_tokens"] is None and kw["return_lse"] is False and kw["softmax_scale"] is None
+    assert kw["share_prefixes"] is True
     assert set(keyword_defaults(attnops.Operator.explain_paged)) == set(kw)
 
 
