@@ -173,6 +173,7 @@ struct Prepared {
   Config config;
   std::optional<Attention> attn, dense;
   PagedAttentionOptions opts;
+  AttentionOptions dense_opts;  // the row's backend and threads, for the dense comparison
   ServingBatch b;
   PagedPlan plan;
   PagedKVCache cache;
@@ -188,9 +189,9 @@ struct Prepared {
   }
   void dense_call() const {
     if (resident)
-      (void)(*dense)(dqd, dk, dv, AttentionOptions{});
+      (void)(*dense)(dqd, dk, dv, dense_opts);
     else
-      (void)(*dense)(q, k, v, AttentionOptions{});
+      (void)(*dense)(q, k, v, dense_opts);
   }
   double plan_sample() {
     const auto t0 = Clock::now();
@@ -205,17 +206,18 @@ struct Prepared {
   }
 };
 
-void prepare_row(Prepared& x, const Config& base, const Overrides& threads) {
+void prepare_row(Prepared& x, const Config& base, const CallSettings& threads) {
   Result& res = *x.res;
   const ServingRowSpec& r = *x.r;
   x.config = base;
-  Overrides o = threads;
+  CallSettings settings = threads;
   // gpu_resident: the page pools and q live on the device during the timing (the serving case: a
   // device-resident cache); gpu: a host cache, its pools uploaded whole every call.
   x.resident = res.asked == "gpu_resident";
-  o.backends = parse_backend_list(x.resident ? "gpu" : res.asked);
-  apply_overrides(x.config, o);
+  settings.backends = parse_backend_list(x.resident ? "gpu" : res.asked);
   x.attn = registry().get("ragged_paged", x.config);
+  set_call_settings(x.opts, settings);
+  set_call_settings(x.dense_opts, settings);
   x.opts.kv_split_tokens = r.kv_split_tokens;
   x.opts.return_lse = false;
   x.opts.share_prefixes = res.share;
@@ -292,10 +294,10 @@ void finish_row(Prepared& x, double read_gbps) {
     small.prefill_fraction = std::max(small.prefill_fraction, 0.5);
   small.shared_prefix = std::min<i64>(r.shared_prefix, 256);
   const ServingBatch v = make_serving_batch(small, res.page, res.dtype, 11, res.kv_dtype);
-  OperationMetadata native = x.attn->op().metadata();
-  native.backends = {Backend::native};
+  PagedAttentionOptions native = x.opts;
+  native.backends = {{Backend::native}};
   const AttentionOutput got = x.attn->paged(v.q, v.cache, v.batch, x.opts);
-  const AttentionOutput want = registry().get("ragged_paged", native).paged(v.q, v.cache, v.batch, x.opts);
+  const AttentionOutput want = x.attn->paged(v.q, v.cache, v.batch, native);
   res.max_err = max_abs_diff(got.attention_outputs, want.attention_outputs);
 }
 
@@ -328,7 +330,7 @@ std::string run_serving_bench(const BenchSpec& spec, const Config& config, int t
   bar.update(0, "read bandwidth");
   const ReadBandwidth bw =
       measure_read_bandwidth(threads, std::max(spec.repeats, 3), spec.read_bandwidth_mib);
-  Overrides over;
+  CallSettings over;
   if (threads > 0) over.num_threads = threads;
   // Prepare every row, then time them in rounds, then the medians and the accuracy checks (one
   // failing row must not lose the rest).

@@ -127,15 +127,14 @@ Qkv make_inputs(const BenchShape& s, DType dtype, std::uint64_t seed) {
   return random_qkv(s.B, s.Tq, s.Tk, s.Hq, s.Hkv, s.D, dtype, seed);
 }
 
-void run_row(Row& row, const Config& base, const Overrides& threads, int repeats, int background_load) {
-  Config config = base;
-  Overrides o = threads;
+void run_row(Row& row, const Config& config, const CallSettings& threads, int repeats, int background_load) {
+  CallSettings settings = threads;
   const bool resident = row.backend_requested == "gpu_resident";
-  o.backends = parse_backend_list(resident ? "gpu" : row.backend_requested);
-  apply_overrides(config, o);
+  settings.backends = parse_backend_list(resident ? "gpu" : row.backend_requested);
   const Attention attn = registry().get(row.op, config);
   AttentionOptions opts;
   opts.causal = row.causal;
+  set_call_settings(opts, settings);
 
   const Qkv in = make_inputs(row.shape, row.dtype, 7);
   const bool backward = row.pass == Pass::backward;
@@ -467,7 +466,7 @@ int bench(const BenchArgs& a) {
   const int serving_json_file = a.serving_json.empty() ? -1 : outs.add(a.serving_json, "--serving-json");
 
   const Config config = load_optional_config(a.config);
-  Overrides threads;
+  CallSettings threads;
   if (a.threads > 0) threads.num_threads = a.threads;
   const bool show = a.no_progress ? false : (a.progress || ProgressBar::stderr_is_tty());
   if (serving_only) {

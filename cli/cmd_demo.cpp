@@ -38,12 +38,11 @@ constexpr DemoShape kShapes[] = {
 };
 
 int demo(const DemoArgs& a) {
-  Overrides o;
-  if (!a.backend.empty()) o.backends = parse_backend_list(a.backend);
-  o.runtime_dtype = parse_dtype(a.dtype);
-  Config config = load_optional_config(a.config);
-  apply_overrides(config, o);
-  const DType dtype = *o.runtime_dtype;
+  CallSettings settings;
+  if (!a.backend.empty()) settings.backends = parse_backend_list(a.backend);
+  settings.runtime_dtype = parse_dtype(a.dtype);
+  const Config config = load_optional_config(a.config);
+  const DType dtype = *settings.runtime_dtype;
 
   char line[512];
   std::snprintf(line, sizeof line, "%-12s %-22s %-24s %-12s %-7s %10s %5s %10s  %s\n", "requested", "case",
@@ -57,6 +56,7 @@ int demo(const DemoArgs& a) {
       seed += 3;
       AttentionOptions opts;
       opts.causal = s.causal;
+      set_call_settings(opts, settings);
       // A warm-up call (thread pool, block maps), then the median of 5 to 25 calls (as many as
       // fit in 200 ms): one call would show the scheduler's time slices on a busy machine.
       AttentionOutput r;

@@ -68,15 +68,24 @@ PagedRun paged_run(const RunArgs& a, Config config) {
   return r;
 }
 
+// --backend, --scale, --threads, --dtype: the call's own settings over the config's.
+CallSettings call_settings(const RunArgs& a) {
+  CallSettings s;
+  if (!a.backend.empty()) s.backends = parse_backend_list(a.backend);
+  if (a.scale_opt->count()) s.softmax_scale = a.scale;
+  if (a.threads_opt->count()) s.num_threads = a.threads;
+  if (!a.dtype.empty()) s.runtime_dtype = parse_dtype(a.dtype);
+  return s;
+}
+
 int run(const RunArgs& a) {
   if (a.paged.requested()) {
-    Overrides o;
-    if (!a.backend.empty()) o.backends = parse_backend_list(a.backend);
-    if (a.scale_opt->count()) o.softmax_scale = a.scale;
-    if (a.threads_opt->count()) o.num_threads = a.threads;
-    Config config = load_optional_config(a.config);
-    apply_overrides(config, o);  // (--dtype converts the inputs: a paged call runs in the cache's dtype)
-    return run_paged(a.paged, paged_run(a, std::move(config)));
+    // (--dtype converts the inputs, not the call: a paged call runs in the cache's dtype.)
+    CallSettings s = call_settings(a);
+    s.runtime_dtype.reset();
+    PagedRun r = paged_run(a, load_optional_config(a.config));
+    set_call_settings(r.options, s);
+    return run_paged(a.paged, r);
   }
   if (a.k.empty() || a.v.empty())
     throw Error(ErrorCode::invalid_argument,
@@ -84,14 +93,7 @@ int run(const RunArgs& a) {
                     " is required (or, for --op ragged_paged, the paged inputs --k-pages, --v-pages, "
                     "--page-table, --cu-seqlens-q, --kv-lens)");
   check_backward_args(a.backward, !a.sinks.empty(), !a.bias.empty(), {a.out, a.lse_out, a.weights_out});
-  Overrides o;
-  if (!a.backend.empty()) o.backends = parse_backend_list(a.backend);
-  if (a.scale_opt->count()) o.softmax_scale = a.scale;
-  if (a.threads_opt->count()) o.num_threads = a.threads;
-  if (!a.dtype.empty()) o.runtime_dtype = parse_dtype(a.dtype);
-  Config config = load_optional_config(a.config);
-  apply_overrides(config, o);
-  const Attention attn = registry().get(a.op, config);
+  const Attention attn = registry().get(a.op, load_optional_config(a.config));
 
   // Every output is reserved before any work (a bad path fails now) and appears only when all
   // were written (output_set.h): a failure leaves no file behind.
@@ -117,6 +119,7 @@ int run(const RunArgs& a) {
   opts.return_lse = lse_file >= 0 || a.backward.requested();  // the backward needs the lse
   opts.return_weights = weights_file >= 0;
   opts.profile = a.profile;
+  set_call_settings(opts, call_settings(a));
 
   const AttentionOutput r = attn(q, k, v, opts);
   std::optional<GradientFiles> grads;  // computed before anything is written

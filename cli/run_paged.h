@@ -46,7 +46,7 @@ void add_paged_options(CLI::App* app, PagedArgs& a);
 
 // What the rest of `attnops run` hands the paged run.
 struct PagedRun {
-  Config config;  // with the command line's overrides applied
+  Config config;  // the --config file (or the defaults); the flags are per-call settings in `options`
   std::string op, q, out, lse_out;
   std::optional<DType> dtype;  // --dtype
   PagedAttentionOptions options;

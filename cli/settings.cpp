@@ -62,7 +62,7 @@ Config load_optional_config(const std::string& path) {
   return load_config(path);
 }
 
-void apply_overrides(Config& config, const Overrides& o) {
+void apply_to_config(Config& config, const CallSettings& o) {
   if (o.backends) {
     config.backends = *o.backends;
     const auto named = [&](Backend b) {

@@ -13,12 +13,17 @@
 
 namespace attnops::cli {
 
-struct Overrides {
-  std::optional<std::vector<Backend>> backends;  // --backend; empty list = auto
-  std::optional<double> softmax_scale;           // --scale
-  std::optional<int> num_threads;                // --threads
-  std::optional<DType> runtime_dtype;            // --dtype
-};
+// --backend, --scale, --threads and --dtype are per-call settings (attnops::CallSettings), set
+// on each call's options: the operator stays as the config built it, and the decision's
+// "settings" shows them. A --backend list replaces every preference of the config for the call
+// and is tried even where the config disables a backend it names (the user asked for exactly it).
+template <class Options>
+void set_call_settings(Options& o, const CallSettings& s) {
+  if (s.softmax_scale) o.softmax_scale = s.softmax_scale;
+  if (s.runtime_dtype) o.runtime_dtype = s.runtime_dtype;
+  if (s.num_threads) o.num_threads = s.num_threads;
+  if (s.backends) o.backends = s.backends;
+}
 
 // "auto" -> {} ; "cpu" -> {cpu}; "gpu,cpu" -> {gpu, cpu}. Error(invalid_argument) otherwise.
 std::vector<Backend> parse_backend_list(std::string_view text);
@@ -26,10 +31,11 @@ std::vector<Backend> parse_backend_list(std::string_view text);
 // The config at `path`, or the built-in defaults when `path` is empty.
 Config load_optional_config(const std::string& path);
 
-// Applies explicit flags to a config. A per-operator `backend:` in the file would otherwise
-// outrank the top-level value, so --backend also clears it (and re-enables the named backends
-// if the file disabled them): the user asked for exactly this backend.
-void apply_overrides(Config& config, const Overrides& o);
+// The same settings written into a config, for the distributed layer, whose per-rank operators
+// are built once for the run from it. A per-operator `backend:` in the file would otherwise
+// outrank the top-level value, so --backend also clears it (and re-enables the named backends if
+// the file disabled them).
+void apply_to_config(Config& config, const CallSettings& s);
 
 // Splits "a,b,c" on `sep`, trimming blanks; empty pieces are kept (callers reject them).
 std::vector<std::string> split(std::string_view text, char sep);

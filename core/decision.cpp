@@ -1,6 +1,7 @@
 #include "attnops/decision.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 
 namespace attnops {
@@ -86,6 +87,20 @@ std::string num(double v) {
   os << v;
   return os.str();
 }
+// A setting the caller gave, in the fewest digits that read back as the same double (0.3, not
+// 0.29999999999999999).
+std::string exact(double v) {
+  if (!std::isfinite(v)) return "null";
+  std::string s;
+  for (int digits = 15; digits <= 17; ++digits) {
+    std::ostringstream os;
+    os.precision(digits);
+    os << v;
+    s = os.str();
+    if (std::strtod(s.c_str(), nullptr) == v) break;
+  }
+  return s;
+}
 }  // namespace
 
 std::string DispatchDecision::to_json() const {
@@ -140,6 +155,32 @@ std::string DispatchDecision::to_json() const {
        << ", \"kernel_us\": " << num(cost->kernel_us) << ", \"download_us\": " << num(cost->download_us)
        << ", \"rates\": ";
     json_string(os, cost->rates_source);
+    os << '}';
+  }
+  if (settings.any()) {
+    os << ", \"settings\": {";
+    const char* sep = "";
+    if (settings.softmax_scale) {
+      os << sep << "\"softmax_scale\": " << exact(*settings.softmax_scale);
+      sep = ", ";
+    }
+    if (settings.runtime_dtype) {
+      os << sep << "\"runtime_dtype\": ";
+      json_string(os, dtype_name(*settings.runtime_dtype));
+      sep = ", ";
+    }
+    if (settings.num_threads) {
+      os << sep << "\"num_threads\": " << *settings.num_threads;
+      sep = ", ";
+    }
+    if (settings.backends) {
+      os << sep << "\"backends\": [";
+      for (std::size_t i = 0; i < settings.backends->size(); ++i) {
+        os << (i ? ", " : "");
+        json_string(os, backend_name((*settings.backends)[i]));
+      }
+      os << ']';
+    }
     os << '}';
   }
   if (pass == Pass::backward) os << ", \"pass\": \"backward\"";

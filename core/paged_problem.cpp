@@ -1,6 +1,7 @@
 // make_paged_problem: validation of one paged call against its plan, and its output buffers.
 #include "attnops/paged_problem.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -122,6 +123,10 @@ double max_abs_keys(const PagedProblem& p) {
 
 PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan,
                                 const PagedAttentionOptions& o, const OperationMetadata& md) {
+  // A per-call setting overrides the operator's metadata for this call.
+  const std::optional<DType> runtime_dtype = o.runtime_dtype ? o.runtime_dtype : md.runtime_dtype;
+  const std::optional<double> softmax_scale = o.softmax_scale ? o.softmax_scale : md.softmax_scale;
+  const int num_threads = o.num_threads.value_or(md.num_threads);
   if (plan.empty()) fail(ErrorCode::invalid_argument, "plan: an empty plan (build one with plan_paged)");
   if (cache.empty())
     fail(ErrorCode::invalid_argument, "cache: an empty cache (build one with PagedKVCache::host, ...)");
@@ -151,19 +156,19 @@ PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, 
       fail(ErrorCode::unsupported_dtype,
            "q: dtype " + std::string(dtype_name(q.dtype())) + "; an " + std::string(dtype_name(spec.dtype)) +
                " cache takes f32, f16 or bf16 queries (the output has q's dtype)");
-    if (md.runtime_dtype && *md.runtime_dtype != q.dtype())
+    if (runtime_dtype && *runtime_dtype != q.dtype())
       fail(ErrorCode::unsupported_dtype,
            "q: dtype " + std::string(dtype_name(q.dtype())) + " differs from the runtime_dtype " +
-               std::string(dtype_name(*md.runtime_dtype)) + " (a call over an " +
+               std::string(dtype_name(*runtime_dtype)) + " (a call over an " +
                std::string(dtype_name(spec.dtype)) + " cache runs in q's dtype; q is never converted)");
   } else {
     if (q.dtype() != spec.dtype)
       fail(ErrorCode::unsupported_dtype,
            "q: dtype " + std::string(dtype_name(q.dtype())) + " differs from the cache's " +
                std::string(dtype_name(spec.dtype)) + " (a paged call runs in the cache's dtype)");
-    if (md.runtime_dtype && *md.runtime_dtype != spec.dtype)
+    if (runtime_dtype && *runtime_dtype != spec.dtype)
       fail(ErrorCode::unsupported_dtype,
-           "runtime_dtype: " + std::string(dtype_name(*md.runtime_dtype)) +
+           "runtime_dtype: " + std::string(dtype_name(*runtime_dtype)) +
                " differs from the cache's dtype " + std::string(dtype_name(spec.dtype)) +
                " (a paged call runs in the cache's dtype; the cache is never converted)");
   }
@@ -215,11 +220,11 @@ PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, 
 
   // Scale: the kernels compute in fp32, so a scale above 1 that could carry finite inputs past the
   // f32 range is refused, as for dense calls (checked over the keys this batch reads).
-  if (md.softmax_scale) {
-    if (!std::isfinite(*md.softmax_scale))
+  if (softmax_scale) {
+    if (!std::isfinite(*softmax_scale))
       fail(ErrorCode::invalid_argument,
-           "softmax_scale: expected a finite number, got " + std::to_string(*md.softmax_scale));
-    p.scale = *md.softmax_scale;
+           "softmax_scale: expected a finite number, got " + std::to_string(*softmax_scale));
+    p.scale = *softmax_scale;
     if (std::fabs(p.scale) > 1.0 && !p.on_device()) {
       const double mq = max_abs_q(p.q), mk = max_abs_keys(p);
       const double bound = std::fabs(p.scale) * static_cast<double>(p.D) * mq * mk;
@@ -236,10 +241,12 @@ PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, 
 
   p.want_lse = o.return_lse;
   if (environment().profile) p.profile = true;
-  if (md.num_threads < 0)
+  if (num_threads < 0)
     fail(ErrorCode::invalid_argument,
-         "num_threads: expected >= 0 (0 = OpenMP default), got " + std::to_string(md.num_threads));
-  p.num_threads = std::min(md.num_threads, max_worker_threads());
+         "num_threads: expected >= 0 (0 = OpenMP default), got " + std::to_string(num_threads));
+  p.num_threads = std::min(num_threads, max_worker_threads());
+  const std::vector<Backend>& asked = o.backends ? *o.backends : md.backends;
+  p.gpu_asked = std::find(asked.begin(), asked.end(), Backend::gpu) != asked.end();
   return p;
 }
 

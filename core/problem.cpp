@@ -140,6 +140,10 @@ std::string expect4(const char* a, std::int64_t av, const char* b, std::int64_t 
 AttentionProblem make_problem(const TensorView& q, const TensorView& k, const TensorView& v,
                               const AttentionOptions& o, const OperationMetadata& md) {
   AttentionProblem p;
+  // A per-call setting overrides the operator's metadata for this call.
+  const std::optional<DType> runtime_dtype = o.runtime_dtype ? o.runtime_dtype : md.runtime_dtype;
+  const std::optional<double> softmax_scale = o.softmax_scale ? o.softmax_scale : md.softmax_scale;
+  const int num_threads = o.num_threads.value_or(md.num_threads);
   require_rank(q, "q", 4, "[B, Tq, Hq, D]");
   require_rank(k, "k", 4, "[B, Tk, Hkv, D]");
   require_rank(v, "v", 4, "[B, Tk, Hkv, Dv]");
@@ -166,18 +170,18 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
 
   // Outputs must be allocatable before anything is copied or computed (a view may claim any
   // dimension: with zero strides a huge [.., Dv] costs nothing until the output is allocated).
-  require_output_size("out", "[B, Tq, Hq, Dv]", {p.B, p.Tq, p.Hq, p.Dv}, 4,
-                      md.runtime_dtype.value_or(q.dtype()), q, k, v);
+  require_output_size("out", "[B, Tq, Hq, Dv]", {p.B, p.Tq, p.Hq, p.Dv}, 4, runtime_dtype.value_or(q.dtype()),
+                      q, k, v);
   if (o.return_lse) require_output_size("lse", "[B, Hq, Tq]", {p.B, p.Hq, p.Tq, 0}, 3, DType::f32, q, k, v);
   if (o.return_weights)
     require_output_size("weights", "[B, Hq, Tq, Tk]", {p.B, p.Hq, p.Tq, p.Tk}, 4, DType::f32, q, k, v);
 
   // Storage dtype: the runtime dtype, or q's; k and v must agree unless a runtime dtype is set.
-  if (md.runtime_dtype) {
-    if (!is_float(*md.runtime_dtype))
+  if (runtime_dtype) {
+    if (!is_float(*runtime_dtype))
       fail(ErrorCode::unsupported_dtype,
-           "runtime_dtype: expected f32, f16 or bf16, got " + std::string(dtype_name(*md.runtime_dtype)));
-    p.dtype = *md.runtime_dtype;
+           "runtime_dtype: expected f32, f16 or bf16, got " + std::string(dtype_name(*runtime_dtype)));
+    p.dtype = *runtime_dtype;
   } else {
     p.dtype = q.dtype();
     for (auto [t, name] : {std::pair{&k, "k"}, std::pair{&v, "v"}})
@@ -198,11 +202,11 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
   // Scale. The kernels compute scale * (q . k) in fp32: a scale that carries finite inputs past
   // FLT_MAX would turn every logit into +-inf (all-NaN or all-zero rows where the fp64 answer is
   // finite), so such a scale is refused. |q . k| <= D * max|q| * max|k| bounds the logits.
-  if (md.softmax_scale) {
-    if (!std::isfinite(*md.softmax_scale))
+  if (softmax_scale) {
+    if (!std::isfinite(*softmax_scale))
       fail(ErrorCode::invalid_argument,
-           "softmax_scale: expected a finite number, got " + std::to_string(*md.softmax_scale));
-    p.scale = *md.softmax_scale;
+           "softmax_scale: expected a finite number, got " + std::to_string(*softmax_scale));
+    p.scale = *softmax_scale;
     // (Device tensors are not read on the host: their range is the caller's to keep.)
     if (std::fabs(p.scale) > 1.0 && !p.q.on_device() && !p.k.on_device()) {
       const double mq = max_abs_finite(p.q), mk = max_abs_finite(p.k);
@@ -322,12 +326,12 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
       fail(ErrorCode::invalid_argument, std::string(name) + ": expected 1..8192, got " + std::to_string(*bs));
   p.blocksize_q = md.blocksize_q.value_or(128);
   p.blocksize_k = md.blocksize_k.value_or(128);
-  if (md.num_threads < 0)
+  if (num_threads < 0)
     fail(ErrorCode::invalid_argument,
-         "num_threads: expected >= 0 (0 = OpenMP default), got " + std::to_string(md.num_threads));
+         "num_threads: expected >= 0 (0 = OpenMP default), got " + std::to_string(num_threads));
   // More threads than the hardware has only costs (and an absurd count overflows OpenMP's
   // thread stacks): clamp, here, for every backend and every source of the setting.
-  p.num_threads = std::min(md.num_threads, max_worker_threads());
+  p.num_threads = std::min(num_threads, max_worker_threads());
   return p;
 }
 

@@ -158,9 +158,7 @@ AttentionOutput RaggedPagedAttn::forward_gpu(const AttentionProblem& p) {
 
 std::optional<Reason> RaggedPagedAttn::check_paged_inputs(Backend b, const PagedProblem& p) const {
   if (b != Backend::gpu) return std::nullopt;
-  const auto& named = metadata().backends;
-  if (!p.k_pages.on_device() && !p.q.on_device() &&
-      std::find(named.begin(), named.end(), Backend::gpu) == named.end()) {
+  if (!p.k_pages.on_device() && !p.q.on_device() && !p.gpu_asked) {
     const double mib =
         static_cast<double>((p.k_pages.numel() + p.v_pages.numel()) * static_cast<i64>(dtype_size(p.dtype))) /
         (1024.0 * 1024.0);

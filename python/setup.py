@@ -61,6 +61,7 @@ setup(
     description="Attention operators with backend dispatch (numpy, PyTorch via DLPack)",
     packages=["attnops"],
     package_dir={"attnops": "attnops"},
+    package_data={"attnops": ["py.typed", "_attnops.pyi"]},
     ext_modules=[CMakeExtension("attnops._attnops")],
     cmdclass={"build_ext": CMakeBuild},
     python_requires=">=3.8",

@@ -26,9 +26,22 @@ RuntimeFlags RuntimeFlags::from_env() {
   return f;
 }
 
-BackendList backend_candidates(const OperationMetadata& md) {
+Preference preference(const OperationMetadata& md, const std::optional<std::vector<Backend>>& call) {
+  if (!call) return Preference{&md.backends, false};
+  for (Backend b : *call)
+    if (static_cast<unsigned>(b) > static_cast<unsigned>(Backend::tpu))
+      throw Error(ErrorCode::invalid_argument, "backends: " + std::to_string(static_cast<int>(b)) +
+                                                   " is not a backend (expected native, cpu, gpu or tpu)");
+  return Preference{&*call, true};
+}
+
+bool Preference::names(Backend b) const {
+  return std::find(list->begin(), list->end(), b) != list->end();
+}
+
+BackendList backend_candidates(const Preference& pref) {
   BackendList order;
-  for (Backend b : md.backends) order.add(b);
+  for (Backend b : *pref.list) order.add(b);
   for (Backend b : {Backend::gpu, Backend::cpu, Backend::native}) order.add(b);  // the auto order
   return order;
 }
@@ -36,10 +49,12 @@ BackendList backend_candidates(const OperationMetadata& md) {
 namespace {
 
 // The gates every candidate passes first, forward or backward: the config, then the host.
-std::optional<Reason> check_host(const OperationImpl& op, Backend b, const Host& host) {
+std::optional<Reason> check_host(const OperationImpl& op, Backend b, const Host& host,
+                                 const Preference& pref) {
   const auto& md = op.metadata();
   const std::string bn(backend_name(b));
-  if (std::find(md.disabled_backends.begin(), md.disabled_backends.end(), b) != md.disabled_backends.end())
+  if (std::find(md.disabled_backends.begin(), md.disabled_backends.end(), b) != md.disabled_backends.end() &&
+      !(pref.per_call && pref.names(b)))
     return Reason{ReasonCode::disabled_by_config, bn + ": disabled by config (disabled_backends)"};
   if (!host.is_available(b, md.gpu))
     return Reason{ReasonCode::backend_unavailable, bn + ": " + host.availability(b, md.gpu).detail};
@@ -54,8 +69,8 @@ std::optional<Reason> prefixed(std::optional<Reason> r, Backend b) {
 }  // namespace
 
 std::optional<Reason> check_backend(const OperationImpl& op, Backend b, const AttentionProblem& p,
-                                    const Host& host) {
-  if (auto r = check_host(op, b, host)) return r;
+                                    const Host& host, const Preference& pref) {
+  if (auto r = check_host(op, b, host, pref)) return r;
   const std::string bn(backend_name(b));
   if (!op.implements(b))
     return Reason{ReasonCode::not_implemented, bn + ": " + op.name() + " has no forward_" + bn};
@@ -63,8 +78,8 @@ std::optional<Reason> check_backend(const OperationImpl& op, Backend b, const At
 }
 
 std::optional<Reason> check_backward_backend(const OperationImpl& op, Backend b, const BackwardProblem& p,
-                                             const Host& host) {
-  if (auto r = check_host(op, b, host)) return r;
+                                             const Host& host, const Preference& pref) {
+  if (auto r = check_host(op, b, host, pref)) return r;
   const std::string bn(backend_name(b));
   if (!op.implements_backward(b))
     return Reason{ReasonCode::not_implemented, bn + ": " + op.name() + " has no backward_" + bn};
@@ -72,8 +87,8 @@ std::optional<Reason> check_backward_backend(const OperationImpl& op, Backend b,
 }
 
 std::optional<Reason> check_paged_backend(const OperationImpl& op, Backend b, const PagedProblem& p,
-                                          const Host& host) {
-  if (auto r = check_host(op, b, host)) return r;
+                                          const Host& host, const Preference& pref) {
+  if (auto r = check_host(op, b, host, pref)) return r;
   const std::string bn(backend_name(b));
   if (!op.implements_paged(b))
     return Reason{ReasonCode::not_implemented, bn + ": " + op.name() + " has no paged_" + bn};
@@ -162,10 +177,9 @@ std::optional<CostEstimate> gpu_cost(const OperationImpl& op, const CallSize& si
 // the reason cpu_faster when the cpu wins.
 template <class CpuOk, class Size>
 std::optional<Reason> cost_gate(const OperationImpl& op, const BackendList& candidates, const Host& host,
-                                bool exempt, DispatchDecision& d, CpuOk&& cpu_ok, Size&& size) {
-  const auto& md = op.metadata();
-  if (exempt || std::find(md.backends.begin(), md.backends.end(), Backend::gpu) != md.backends.end())
-    return std::nullopt;
+                                const Preference& pref, bool exempt, DispatchDecision& d, CpuOk&& cpu_ok,
+                                Size&& size) {
+  if (exempt || pref.names(Backend::gpu)) return std::nullopt;
   const auto gpu_at = std::find(candidates.begin(), candidates.end(), Backend::gpu);
   if (std::find(gpu_at, candidates.end(), Backend::cpu) == candidates.end() || !cpu_ok()) return std::nullopt;
   const std::optional<CostEstimate> e = gpu_cost(op, size(), host);
@@ -195,8 +209,8 @@ OperationImpl& choose_operator(OperationImpl& requested, OperationImpl& vanilla,
   return *op;
 }
 
-BackendList candidates_for(const OperationImpl& op, const RuntimeFlags& flags, DispatchDecision& d) {
-  if (!flags.force_native) return backend_candidates(op.metadata());
+BackendList candidates_for(const Preference& pref, const RuntimeFlags& flags, DispatchDecision& d) {
+  if (!flags.force_native) return backend_candidates(pref);
   d.reasons.push_back({ReasonCode::forced_native, "ATTNOPS_FORCE_NATIVE is set"});
   return BackendList{Backend::native};
 }
@@ -235,6 +249,17 @@ Result first_candidate(const OperationImpl& op, const BackendList& candidates, D
                   op.name() + "' for this call: " + join_reasons(d.reasons));
 }
 
+// The per-call settings a call set, as they took effect in its problem (DispatchDecision::settings).
+template <class Options>
+CallSettings call_settings(const Options& o, double scale, DType dtype, int num_threads) {
+  CallSettings c;
+  if (o.softmax_scale) c.softmax_scale = scale;
+  if (o.runtime_dtype) c.runtime_dtype = dtype;
+  if (o.num_threads) c.num_threads = num_threads;
+  c.backends = o.backends;
+  return c;
+}
+
 // The bytes of the host copies make_problem / make_backward_problem made (RunInfo::bytes_copied).
 std::uint64_t owned_bytes(const std::vector<Tensor>& owned) {
   std::uint64_t n = 0;
@@ -251,7 +276,9 @@ AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const
   // count are shared settings; block sizes matter only to the tiled operators.
   const AttentionProblem p = make_problem(q, k, v, options, requested.metadata());
   DispatchDecision d;
+  d.settings = call_settings(options, p.scale, p.dtype, p.num_threads);
   OperationImpl& op = choose_operator(requested, vanilla, p, d);
+  const Preference pref = preference(op.metadata(), options.backends);
   if (p.want_weights && !op.returns_weights())
     throw Error(ErrorCode::invalid_argument,
                 "return_weights: only vanilla returns attention weights, and this call "
@@ -261,7 +288,6 @@ AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const
   // Device-resident inputs: only the gpu reads them. Asking for another backend is an error,
   // never a silent copy.
   const bool device_inputs = p.on_device();
-  const auto& md = op.metadata();
   if (device_inputs) {
     const char* which = q.on_device() ? "q" : k.on_device() ? "k" : "v";
     if (flags.force_native)
@@ -270,22 +296,22 @@ AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const
                       " is a device tensor and ATTNOPS_FORCE_NATIVE=1 "
                       "asks for the native backend, which reads host memory only: copy "
                       "the inputs with DeviceTensor::to_host() or unset it");
-    if (!md.backends.empty() && md.backends.front() != Backend::gpu)
+    if (!pref.list->empty() && pref.list->front() != Backend::gpu)
       throw Error(ErrorCode::invalid_argument,
                   std::string(which) + " is a device tensor and the backend asked for is " +
-                      std::string(backend_name(md.backends.front())) +
+                      std::string(backend_name(pref.list->front())) +
                       ", which reads host memory only: use the gpu backend or copy the inputs with "
                       "DeviceTensor::to_host()");
   }
-  const BackendList candidates = device_inputs ? BackendList{Backend::gpu} : candidates_for(op, flags, d);
+  const BackendList candidates = device_inputs ? BackendList{Backend::gpu} : candidates_for(pref, flags, d);
 
   // The cost rule (cost_gate) never applies to device-resident inputs.
   const auto check = [&](Backend b) -> std::optional<Reason> {
-    if (auto r = check_backend(op, b, p, host)) return r;
+    if (auto r = check_backend(op, b, p, host, pref)) return r;
     if (b != Backend::gpu) return std::nullopt;
     return cost_gate(
-        op, candidates, host, device_inputs || flags.force_native, d,
-        [&] { return !check_backend(op, Backend::cpu, p, host); }, [&] { return forward_size(p); });
+        op, candidates, host, pref, device_inputs || flags.force_native, d,
+        [&] { return !check_backend(op, Backend::cpu, p, host, pref); }, [&] { return forward_size(p); });
   };
   AttentionOutput out = first_candidate<AttentionOutput>(
       op, candidates, d, flags, check, [&](Backend b) { return op.forward(b, p); }, execute);
@@ -310,17 +336,20 @@ AttentionGradients dispatch_backward(OperationImpl& requested, OperationImpl& va
   const BackwardProblem p = make_backward_problem(q, k, v, out, lse, dout, options, requested.metadata());
   DispatchDecision d;
   d.pass = Pass::backward;
+  d.settings = call_settings(options, p.fwd.scale, p.fwd.dtype, p.fwd.num_threads);
   OperationImpl& op = choose_operator(requested, vanilla, p.fwd, d);
-  const BackendList candidates = candidates_for(op, flags, d);
+  const Preference pref = preference(op.metadata(), options.backends);
+  const BackendList candidates = candidates_for(pref, flags, d);
   // The same cost rule as the forward's, with the backward's FLOPs and bytes and the same rates
   // (measured on forward kernels: the rule assumes each backend runs its backward at its forward
   // GFLOP/s), so a call the rule sends to the cpu has its backward sent there too.
   const auto check = [&](Backend b) -> std::optional<Reason> {
-    if (auto r = check_backward_backend(op, b, p, host)) return r;
+    if (auto r = check_backward_backend(op, b, p, host, pref)) return r;
     if (b != Backend::gpu) return std::nullopt;
     return cost_gate(
-        op, candidates, host, flags.force_native, d,
-        [&] { return !check_backward_backend(op, Backend::cpu, p, host); }, [&] { return backward_size(p); });
+        op, candidates, host, pref, flags.force_native, d,
+        [&] { return !check_backward_backend(op, Backend::cpu, p, host, pref); },
+        [&] { return backward_size(p); });
   };
   AttentionGradients g = first_candidate<AttentionGradients>(
       op, candidates, d, flags, check, [&](Backend b) { return op.backward(b, p); }, /*execute=*/true);
@@ -344,25 +373,26 @@ AttentionOutput dispatch_paged(OperationImpl& op, const Host& host, const Tensor
   DispatchDecision d;
   d.requested = op.name();
   d.op = op.name();
+  d.settings = call_settings(options, p.scale, p.dtype, p.num_threads);
+  const Preference pref = preference(op.metadata(), options.backends);
 
   // Device-resident inputs: only the gpu reads them; anything else is an error, never a copy.
   const bool device_inputs = p.on_device();
   BackendList candidates;
   if (device_inputs) {
     const std::string which = cache.on_device() ? "the cache (k_pages, v_pages)" : "q";
-    const auto& md = op.metadata();
     if (flags.force_native)
       throw Error(ErrorCode::invalid_argument,
                   which +
                       " is device-resident and ATTNOPS_FORCE_NATIVE=1 asks for the "
                       "native backend, which reads host memory only");
-    if (!md.backends.empty() && md.backends.front() != Backend::gpu)
+    if (!pref.list->empty() && pref.list->front() != Backend::gpu)
       throw Error(ErrorCode::invalid_argument,
                   which + " is device-resident and the backend asked for is " +
-                      std::string(backend_name(md.backends.front())) +
+                      std::string(backend_name(pref.list->front())) +
                       ", which reads host memory only: use the gpu backend or a host "
                       "cache");
-    if (auto r = check_paged_backend(op, Backend::gpu, p, host)) {
+    if (auto r = check_paged_backend(op, Backend::gpu, p, host, pref)) {
       d.reasons.push_back(*r);
       log(flags, d);
       throw Error(
@@ -374,9 +404,9 @@ AttentionOutput dispatch_paged(OperationImpl& op, const Host& host, const Tensor
     }
     candidates = BackendList{Backend::gpu};
   } else {
-    candidates = candidates_for(op, flags, d);
+    candidates = candidates_for(pref, flags, d);
   }
-  const auto check = [&](Backend b) { return check_paged_backend(op, b, p, host); };
+  const auto check = [&](Backend b) { return check_paged_backend(op, b, p, host, pref); };
   return first_candidate<AttentionOutput>(
       op, candidates, d, flags, check, [&](Backend b) { return op.paged(b, p); }, execute);
 }

@@ -4,10 +4,10 @@
 //  2. Operator fallbacks (gates::fallback_reasons): when any enabled rule fires, the call goes to
 //     vanilla and every rule that fired is recorded (decode, non_causal, seq_multiple).
 //  3. Backend candidates, in order: ATTNOPS_FORCE_NATIVE=1 gives [native] (reason
-//     forced_native); otherwise the metadata's preference list followed by the rest of the auto
-//     order gpu, cpu, native. Each candidate passes four gates or is rejected with a reason:
-//     disabled_by_config, then the host's availability (backend_unavailable), then whether the
-//     operator implements it (not_implemented), then the operator's input check
+//     forced_native); otherwise the call's preference list (AttentionOptions::backends) or the
+//     metadata's, followed by the rest of the auto order gpu, cpu, native. Each candidate passes four gates
+//     or is rejected with a reason: disabled_by_config, then the host's availability (backend_unavailable),
+//     then whether the operator implements it (not_implemented), then the operator's input check
 //     (unsupported_feature / unsupported_dtype). The first that passes runs.
 //  4. A runtime GPU failure (Error gpu_error) is recorded as gpu_error and the next candidate runs.
 // The decision travels with the output; ATTNOPS_LOG=dispatch prints it as one line to stderr.
@@ -58,16 +58,26 @@ class BackendList {
   std::size_t n_ = 0;
 };
 
-// The ordered candidates for a metadata's preference (duplicates removed).
-BackendList backend_candidates(const OperationMetadata& md);
+// The backend preference of one call: the call's own list (AttentionOptions::backends) when it
+// gave one, else the metadata's. A backend the call names is exempt from disabled_backends.
+struct Preference {
+  const std::vector<Backend>* list = nullptr;  // never null once built by preference()
+  bool per_call = false;
+  bool names(Backend b) const;
+};
+// Error invalid_argument naming `backends` for a value that is no Backend.
+Preference preference(const OperationMetadata& md, const std::optional<std::vector<Backend>>& call);
+
+// The ordered candidates for a preference (duplicates removed), then the rest of the auto order.
+BackendList backend_candidates(const Preference& pref);
 
 // Why `op` cannot run problem `p` on backend `b` of `host`, or nullopt.
 std::optional<Reason> check_backend(const OperationImpl& op, Backend b, const AttentionProblem& p,
-                                    const Host& host);
+                                    const Host& host, const Preference& pref);
 
 // Why `op` cannot run the backward of problem `p` on backend `b` of `host`, or nullopt.
 std::optional<Reason> check_backward_backend(const OperationImpl& op, Backend b, const BackwardProblem& p,
-                                             const Host& host);
+                                             const Host& host, const Preference& pref);
 
 // Plans (execute = false: decision only) or runs one call.
 AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const Host& host,
@@ -76,7 +86,7 @@ AttentionOutput dispatch(OperationImpl& requested, OperationImpl& vanilla, const
 
 // Why `op` cannot run paged problem `p` on backend `b` of `host`, or nullopt.
 std::optional<Reason> check_paged_backend(const OperationImpl& op, Backend b, const PagedProblem& p,
-                                          const Host& host);
+                                          const Host& host, const Preference& pref);
 
 // Plans (execute = false: decision only) or runs one paged call (paged.h). No operator fallbacks
 // apply; the candidates pass the forward's gates with implements_paged and check_paged_inputs.

@@ -70,10 +70,10 @@ Inputs make_shards(const BenchShape& s, std::int64_t Tq_rank, std::int64_t Tk_ra
 
 Config config_with_threads(const DistBenchArgs& a, int threads) {
   Config c = load_optional_config(a.config);
-  Overrides o;
+  CallSettings o;
   o.num_threads = threads;
   if (!a.backend.empty()) o.backends = parse_backend_list(a.backend);
-  apply_overrides(c, o);
+  apply_to_config(c, o);
   return c;
 }
 

@@ -133,13 +133,13 @@ int run(World& world, const DistRunArgs& a) {
   comm.broadcast(&h, sizeof h, 0);
   if (!h.ok) throw dist::AgreedError(static_cast<ErrorCode>(h.code), h.message);
 
-  Overrides o;
+  CallSettings o;
   if (!a.backend.empty()) o.backends = parse_backend_list(a.backend);
   if (a.scale_opt->count()) o.softmax_scale = a.scale;
   if (a.threads_opt->count()) o.num_threads = a.threads;
   if (!a.dtype.empty()) o.runtime_dtype = parse_dtype(a.dtype);
   Config config = load_optional_config(a.config);
-  apply_overrides(config, o);
+  apply_to_config(config, o);
   dist::DistSettings settings;
   if (!a.layout.empty()) settings.layout = dist::parse_layout(a.layout);
   settings.local_operator = a.local_op;

@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "attnops/dtype.h"
+
 namespace attnops {
 
 enum class Backend { native, cpu, gpu, tpu };
@@ -101,6 +103,18 @@ struct CostEstimate {
   bool operator==(const CostEstimate&) const = default;
 };
 
+// The per-call settings (AttentionOptions / PagedAttentionOptions) a call set, as they took
+// effect: the scale, the runtime dtype, the thread count after clamping to the hardware, the
+// backend preference. Unset = the call left it to the operator's metadata.
+struct CallSettings {
+  std::optional<double> softmax_scale;
+  std::optional<DType> runtime_dtype;
+  std::optional<int> num_threads;
+  std::optional<std::vector<Backend>> backends;
+  bool any() const { return softmax_scale || runtime_dtype || num_threads || backends; }
+  bool operator==(const CallSettings&) const = default;
+};
+
 struct DispatchDecision {
   Pass pass = Pass::forward;
   std::string requested;          // the name asked for (alias resolved to the canonical name)
@@ -109,6 +123,7 @@ struct DispatchDecision {
   std::vector<Reason> reasons;    // in the order they were found
   RunInfo run;                    // set after the call ran (empty for plan())
   std::optional<CostEstimate> cost;  // set when auto's cost rule compared gpu and cpu
+  CallSettings settings;             // the per-call settings that overrode the metadata
 
   bool has(ReasonCode c) const;
   bool fell_back() const { return op != requested; }
@@ -116,7 +131,8 @@ struct DispatchDecision {
   // plus "kernel" and "kernel_detail" when the backend reported them, "inputs", "output",
   // "bytes_to_device", "bytes_to_host" when reported, "bytes_copied" when not 0,
   // "batch_invariant": true for paged calls that guarantee it, "timings" when profiled, "cost"
-  // when the cost rule ran, and "pass": "backward" for a backward decision.
+  // when the cost rule ran, "settings" ({"softmax_scale", "runtime_dtype", "num_threads",
+  // "backends"}, those the call set) when any, and "pass": "backward" for a backward decision.
   std::string to_json() const;
   // One line, oneDNN-verbose style ("dispatch_backward" instead of "dispatch" for a backward):
   // "attnops,dispatch,blocksparse->vanilla,cpu,decode:q_len=1;backend_unavailable:gpu: ..."

@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "attnops/decision.h"
 #include "attnops/device_tensor.h"
+#include "attnops/dtype.h"
 #include "attnops/mask.h"
 #include "attnops/tensor.h"
 
@@ -34,6 +36,16 @@ struct AttentionOptions {
   bool return_lse = false;                   // lse [B, Hq, Tq] f32 (natural log; -inf if empty)
   bool return_weights = false;               // probabilities [B, Hq, Tq, Tk] f32; vanilla only
   bool profile = false;                      // time the call (decision.run.timings); also ATTNOPS_PROFILE=1
+
+  // Per-call settings: each overrides the operator's OperationMetadata for this call only (unset
+  // = the metadata's value), so a caller varying them never builds another operator. The
+  // decision's `settings` records the ones a call set.
+  std::optional<double> softmax_scale{};          // nullopt = metadata's, else 1 / sqrt(D)
+  std::optional<std::vector<Backend>> backends{};  // preference, tried in order; {} = auto (see below)
+  std::optional<int> num_threads{};               // 0 = OpenMP's default; clamped to the hardware
+  std::optional<DType> runtime_dtype{};            // f32, f16 or bf16: inputs converted to it
+  // A backend this call names is tried even when the metadata disables it: the caller asked for
+  // exactly it (as the CLI's --backend does); those it does not name follow in the auto order.
 };
 
 struct AttentionOutput {

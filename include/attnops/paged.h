@@ -157,9 +157,9 @@ struct RaggedBatch {
                                // shapes); another negative is Error invalid_argument naming num_seqs
 };
 
-// Per-call options of a paged call; the same meaning as AttentionOptions, applied per sequence.
-// (The softmax scale, runtime dtype and thread count come from the operator's metadata, as for
-// dense calls.) Bias, segment ids and user masks have no ragged form and are not offered.
+// Per-call options of a paged call; the same meaning as AttentionOptions, applied per sequence,
+// per-call settings included. Bias, segment ids and user masks have no ragged form and are not
+// offered.
 struct PagedAttentionOptions {
   bool causal = true;                        // bottom-right aligned per sequence
   std::optional<Window> sliding_window{};    // (left, right), both >= 0
@@ -178,6 +178,13 @@ struct PagedAttentionOptions {
   // them; each row's arithmetic, and the merge of its splits, stay those of the unshared run, so
   // outputs are bitwise the same with sharing on or off. A plan-time choice (run calls ignore it).
   bool share_prefixes = true;
+
+  // Per-call settings, as AttentionOptions' (unset = the operator's metadata). runtime_dtype must
+  // be the cache's dtype: a paged call never converts the cache.
+  std::optional<double> softmax_scale{};
+  std::optional<std::vector<Backend>> backends{};
+  std::optional<int> num_threads{};
+  std::optional<DType> runtime_dtype{};
 };
 
 inline constexpr std::int64_t kDefaultKvSplitTokens = 512;

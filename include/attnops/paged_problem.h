@@ -94,6 +94,9 @@ struct PagedProblem {
   bool want_lse = false;
   bool profile = false;
   int num_threads = 0;  // 0 = OpenMP default; never above max_worker_threads()
+  // The call's (else the metadata's) backend preference names the gpu: auto's rule that keeps
+  // host caches on the cpu does not apply.
+  bool gpu_asked = false;
   // As AttentionProblem::guard_nonfinite_v: set by a backend's re-run of the sequences whose
   // output came out non-finite while their values hold NaN / inf (weight-0 keys then skipped).
   bool guard_nonfinite_v = false;
@@ -120,7 +123,7 @@ struct PagedProblem {
 
 // Validates one paged call against its plan: q [N, Hq, D] with N and Hq as planned, the cache's
 // shape as planned, q's dtype the cache's for a float cache (any float dtype for an 8-bit one),
-// and the runtime dtype, when the metadata sets one,
+// and the runtime dtype, when the call or the metadata sets one,
 // the mask options as planned, the soft cap, sinks [Hq] and scale as make_problem checks them.
 // Throws Error (shape_mismatch, unsupported_dtype, invalid_argument) naming the argument.
 PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan,

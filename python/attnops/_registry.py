@@ -4,6 +4,7 @@ import json
 import os
 
 from . import _attnops
+from ._operator import Operator
 
 
 def as_config(config):
@@ -52,7 +53,7 @@ class Registry:
             name = cfg.attn_mechanism if cfg is not None else None
             if name is None:
                 raise TypeError("registry().get: no operator name and no attn_mechanism in the config")
-        return _attnops.Operator(name, cfg)
+        return Operator(name, cfg)
 
     def __contains__(self, name):
         try:

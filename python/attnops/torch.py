@@ -31,7 +31,7 @@ def _operator_by_name(name):
 
 
 def _operator(op, config):
-    if isinstance(op, _attnops.Operator):
+    if isinstance(op, _attnops.Operator):  # the package's Operator (attnops/_operator.py)
         if config is not None:
             raise TypeError("attention: config= applies to an operator given by name")
         return op

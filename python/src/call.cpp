@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <array>
 #include <climits>
-#include <cstdio>
 #include <cstring>
 #include <string_view>
 
@@ -13,7 +12,7 @@
 namespace attnops::python {
 namespace {
 
-constexpr std::array<const char*, 17> kKeywords = {
+constexpr std::array<const char*, kNumKeywords> kKeywords = {
     "causal",          "sliding_window", "chunk_size",    "segment_ids_q", "segment_ids_kv", "bias",
     "logits_soft_cap", "sinks",          "mask",          "return_lse",    "return_weights", "profile",
     "backend",         "softmax_scale",  "runtime_dtype", "num_threads",   "dtype"};
@@ -170,47 +169,26 @@ std::vector<Backend> parse_backends(py::handle obj, const char* what) {
   return out;
 }
 
-std::string Overrides::key() const {
-  std::string k;
-  if (backends) {
-    k += "b";
-    for (Backend b : *backends) k += std::string(backend_name(b)) + ",";
-  }
-  if (softmax_scale) {
-    char buf[40];
-    std::snprintf(buf, sizeof buf, "s%a;", *softmax_scale);  // exact: every bit of the scale
-    k += buf;
-  }
-  if (runtime_dtype) k += "d" + std::string(dtype_name(*runtime_dtype));
-  if (num_threads) k += "t" + std::to_string(*num_threads);
-  return k;
-}
-
-void Overrides::apply(Config& config) const {
-  if (backends) {
-    // As the CLI's --backend: the list replaces every configured preference, and a backend it
-    // names is no longer disabled.
-    config.backends = *backends;
-    const auto named = [&](Backend b) {
-      return std::find(backends->begin(), backends->end(), b) != backends->end();
-    };
-    if (config.disabled_backends) std::erase_if(*config.disabled_backends, named);
-    for (auto& [name, op] : config.operators) {
-      op.backends.reset();
-      if (op.disabled_backends) std::erase_if(*op.disabled_backends, named);
-    }
-  }
-  if (softmax_scale) config.softmax_scale = softmax_scale;
-  if (runtime_dtype) config.runtime_dtype = runtime_dtype;
-  if (num_threads) config.num_threads = num_threads;
-}
-
 CallArgs parse_call_args(const py::kwargs& kwargs) {
+  CallValues values{};
+  if (kwargs)
+    for (auto [key_h, value] : kwargs) {
+      const std::string_view key = PyUnicode_AsUTF8(key_h.ptr());
+      const auto at =
+          std::find_if(kKeywords.begin(), kKeywords.end(), [&](const char* k) { return key == k; });
+      if (at == kKeywords.end()) unknown_keyword(key);
+      values[static_cast<std::size_t>(at - kKeywords.begin())] = value;
+    }
+  return parse_call_values(values);
+}
+
+CallArgs parse_call_values(const CallValues& values) {
   CallArgs a;
-  if (!kwargs) return a;
+  const auto given = [&](Keyword k) -> py::handle { return values[static_cast<std::size_t>(k)]; };
+  const auto set = [&](Keyword k) { return given(k) && !given(k).is_none(); };
   // dtype first: it says how the option arrays below are read.
-  if (PyObject* d = PyDict_GetItemString(kwargs.ptr(), "dtype"); d != nullptr && d != Py_None) {
-    const DType dt = parse_dtype_arg(d, "dtype");
+  if (set(Keyword::dtype)) {
+    const DType dt = parse_dtype_arg(given(Keyword::dtype), "dtype");
     if (dt != DType::bf16)
       throw Error(ErrorCode::invalid_argument,
                   "dtype: only \"bf16\" is meaningful (uint16 arrays hold bf16 bit patterns); f32 / f16 "
@@ -218,55 +196,41 @@ CallArgs parse_call_args(const py::kwargs& kwargs) {
     a.uint16_is_bf16 = true;
   }
   AttentionOptions& o = a.options;
-  for (auto [key_h, value] : kwargs) {
-    const std::string_view key = PyUnicode_AsUTF8(key_h.ptr());
-    const bool none = value.is_none();
-    if (key == "causal") {
-      o.causal = as_bool(value, "causal");
-    } else if (key == "sliding_window") {
-      if (!none) o.sliding_window = as_window(value);
-    } else if (key == "chunk_size") {
-      if (!none) o.chunk_size = as_int(value, "chunk_size");
-    } else if (key == "segment_ids_q") {
-      if (!none) o.segment_ids_q = a.segment_ids_q.emplace(borrow(value, "segment_ids_q", false)).view;
-    } else if (key == "segment_ids_kv") {
-      if (!none) o.segment_ids_kv = a.segment_ids_kv.emplace(borrow(value, "segment_ids_kv", false)).view;
-    } else if (key == "bias") {
-      if (!none) o.bias = a.bias.emplace(borrow(value, "bias", a.uint16_is_bf16)).view;
-    } else if (key == "logits_soft_cap") {
-      if (!none) o.logits_soft_cap = as_double(value, "logits_soft_cap");
-    } else if (key == "sinks") {
-      if (!none) o.softmax_aux = a.sinks.emplace(borrow(value, "sinks", a.uint16_is_bf16)).view;
-    } else if (key == "mask") {
-      if (!none) {
-        if (!py::isinstance<Mask>(value))
-          throw py::type_error("mask: expected an attnops.Mask, got " + type_name(value));
-        o.mask = value.cast<Mask>();
-      }
-    } else if (key == "return_lse") {
-      o.return_lse = as_bool(value, "return_lse");
-    } else if (key == "return_weights") {
-      o.return_weights = as_bool(value, "return_weights");
-    } else if (key == "profile") {
-      o.profile = as_bool(value, "profile");
-    } else if (key == "backend") {
-      if (!none) a.overrides.backends = parse_backends(value, "backend");
-    } else if (key == "softmax_scale") {
-      if (!none) a.overrides.softmax_scale = as_double(value, "softmax_scale");
-    } else if (key == "runtime_dtype") {
-      if (!none) a.overrides.runtime_dtype = parse_dtype_arg(value, "runtime_dtype");
-    } else if (key == "num_threads") {
-      if (!none) {
-        const std::int64_t n = as_int(value, "num_threads");
-        if (n < 0 || n > INT_MAX)
-          throw Error(
-              ErrorCode::invalid_argument,
-              "num_threads: expected 0 (OpenMP's default) or a positive count, got " + std::to_string(n));
-        a.overrides.num_threads = static_cast<int>(n);
-      }
-    } else if (key != "dtype") {
-      unknown_keyword(key);
-    }
+  if (given(Keyword::causal)) o.causal = as_bool(given(Keyword::causal), "causal");
+  if (set(Keyword::sliding_window)) o.sliding_window = as_window(given(Keyword::sliding_window));
+  if (set(Keyword::chunk_size)) o.chunk_size = as_int(given(Keyword::chunk_size), "chunk_size");
+  if (set(Keyword::segment_ids_q))
+    o.segment_ids_q =
+        a.segment_ids_q.emplace(borrow(given(Keyword::segment_ids_q), "segment_ids_q", false)).view;
+  if (set(Keyword::segment_ids_kv))
+    o.segment_ids_kv =
+        a.segment_ids_kv.emplace(borrow(given(Keyword::segment_ids_kv), "segment_ids_kv", false)).view;
+  if (set(Keyword::bias))
+    o.bias = a.bias.emplace(borrow(given(Keyword::bias), "bias", a.uint16_is_bf16)).view;
+  if (set(Keyword::logits_soft_cap))
+    o.logits_soft_cap = as_double(given(Keyword::logits_soft_cap), "logits_soft_cap");
+  if (set(Keyword::sinks))
+    o.softmax_aux = a.sinks.emplace(borrow(given(Keyword::sinks), "sinks", a.uint16_is_bf16)).view;
+  if (set(Keyword::mask)) {
+    const py::handle m = given(Keyword::mask);
+    if (!py::isinstance<Mask>(m)) throw py::type_error("mask: expected an attnops.Mask, got " + type_name(m));
+    o.mask = m.cast<Mask>();
+  }
+  if (given(Keyword::return_lse)) o.return_lse = as_bool(given(Keyword::return_lse), "return_lse");
+  if (given(Keyword::return_weights))
+    o.return_weights = as_bool(given(Keyword::return_weights), "return_weights");
+  if (given(Keyword::profile)) o.profile = as_bool(given(Keyword::profile), "profile");
+  if (set(Keyword::backend)) o.backends = parse_backends(given(Keyword::backend), "backend");
+  if (set(Keyword::softmax_scale))
+    o.softmax_scale = as_double(given(Keyword::softmax_scale), "softmax_scale");
+  if (set(Keyword::runtime_dtype))
+    o.runtime_dtype = parse_dtype_arg(given(Keyword::runtime_dtype), "runtime_dtype");
+  if (set(Keyword::num_threads)) {
+    const std::int64_t n = as_int(given(Keyword::num_threads), "num_threads");
+    if (n < 0 || n > INT_MAX)
+      throw Error(ErrorCode::invalid_argument,
+                  "num_threads: expected 0 (OpenMP's default) or a positive count, got " + std::to_string(n));
+    o.num_threads = static_cast<int>(n);
   }
   return a;
 }

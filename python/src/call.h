@@ -4,7 +4,8 @@
 //   causal=True, sliding_window=None (L, R) or L, chunk_size=None, segment_ids_q=None,
 //   segment_ids_kv=None, bias=None, logits_soft_cap=None, sinks=None, mask=None (attnops.Mask),
 //   return_lse=False, return_weights=False, profile=False
-// plus per-call settings of the operator (OperationMetadata, as the CLI's --backend etc.):
+// plus the per-call settings (AttentionOptions::backends, softmax_scale, runtime_dtype,
+// num_threads: each overrides the operator's metadata for this call only):
 //   backend=None ("auto", "cpu", "native,cpu", ["gpu", "cpu"]), softmax_scale=None,
 //   runtime_dtype=None ("f32" | "f16" | "bf16"), num_threads=None
 // and how to read uint16 arrays: dtype="bf16" (numpy has no bfloat16).
@@ -13,12 +14,13 @@
 
 #include <pybind11/pybind11.h>
 
+#include <array>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "arrays.h"
-#include "attnops/config.h"
 #include "attnops/decision.h"
 #include "attnops/options.h"
 
@@ -26,29 +28,44 @@ namespace py = pybind11;
 
 namespace attnops::python {
 
-// Settings that pick the operator's configuration (not AttentionOptions): applied to a copy of
-// the operator's Config as the CLI applies --backend / --scale / --threads / --runtime-dtype.
-struct Overrides {
-  std::optional<std::vector<Backend>> backends;  // empty vector = auto
-  std::optional<double> softmax_scale;
-  std::optional<DType> runtime_dtype;
-  std::optional<int> num_threads;
-  bool empty() const { return !backends && !softmax_scale && !runtime_dtype && !num_threads; }
-  std::string key() const;  // identifies the configured operator these overrides give
-  void apply(Config& config) const;
-};
-
 struct CallArgs {
-  AttentionOptions options;
-  Overrides overrides;
+  AttentionOptions options;  // the per-call settings included
   bool uint16_is_bf16 = false;
   // The option tensors, held for the call (options' TensorViews point into them).
   std::optional<BorrowedTensor> segment_ids_q, segment_ids_kv, bias, sinks;
 };
 
+// The keywords, in the order of the positional form (attnops/_operator.py passes them so).
+enum class Keyword {
+  causal,
+  sliding_window,
+  chunk_size,
+  segment_ids_q,
+  segment_ids_kv,
+  bias,
+  logits_soft_cap,
+  sinks,
+  mask,
+  return_lse,
+  return_weights,
+  profile,
+  backend,
+  softmax_scale,
+  runtime_dtype,
+  num_threads,
+  dtype
+};
+inline constexpr std::size_t kNumKeywords = 17;
+// One value per keyword, in Keyword's order; a null handle or None is "not given" (None is a
+// value only for the bools, where it is a TypeError).
+using CallValues = std::array<py::handle, kNumKeywords>;
+
 // Parses keyword arguments (the forward's, plan's and backward's: the backward ignores
-// return_lse / return_weights, as the C++ API does).
+// return_lse / return_weights, as the C++ API does). An unknown keyword is a TypeError naming the
+// nearest known one.
 CallArgs parse_call_args(const py::kwargs& kwargs);
+// The same from values in Keyword's order: the declared wrapper's fast path (no dict, no names).
+CallArgs parse_call_values(const CallValues& values);
 
 // "f32", "f16", "bf16" (also "float32", "float16", "bfloat16", a numpy dtype or torch dtype of
 // those); TypeError / ValueError naming `what` otherwise.

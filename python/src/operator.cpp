@@ -9,7 +9,6 @@
 #include <time.h>
 
 #include <chrono>
-#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -61,33 +60,18 @@ struct Gradients {
   py::tuple as_tuple() const { return py::make_tuple(dq, dk, dv, dsinks, dbias); }
 };
 
-// A configured operator: the registry entry `name` with `config`, plus one attnops::Attention per
-// set of per-call overrides (backend=, softmax_scale=, ...), built on first use. Used with the
-// GIL held (the map is never touched without it).
+// A configured operator: the registry entry `name` with `config`. Per-call settings (backend=,
+// softmax_scale=, ...) travel in each call's options, so one operator serves every call.
 class Operator {
  public:
   Operator(const std::string& name, std::shared_ptr<const Config> config)
       : config_(config ? std::move(config) : std::make_shared<const Config>()),
         base_(registry().get(name, *config_)) {}
 
-  const Attention& attention(const Overrides& o) {
-    if (o.empty()) return base_;
-    const std::string key = o.key();
-    auto it = variants_.find(key);
-    if (it == variants_.end()) {
-      Config c = *config_;
-      o.apply(c);
-      it = variants_.emplace(key, registry().get(base_.name(), c)).first;
-    }
-    return it->second;
-  }
-
-  py::object call(py::handle q, py::handle k, py::handle v, const py::kwargs& kwargs) {
-    CallArgs a = parse_call_args(kwargs);
+  py::object call(py::handle q, py::handle k, py::handle v, const CallArgs& a) {
     const BorrowedTensor bq = borrow(q, "q", a.uint16_is_bf16), bk = borrow(k, "k", a.uint16_is_bf16),
                          bv = borrow(v, "v", a.uint16_is_bf16);
-    const Attention& attn = attention(a.overrides);
-    AttentionOutput out = without_gil([&] { return attn(bq.view, bk.view, bv.view, a.options); });
+    AttentionOutput out = without_gil([&] { return base_(bq.view, bk.view, bv.view, a.options); });
     // Outputs in q's kind; lse and weights are host tensors even when q is on the device.
     const ArrayKind kind = bq.kind == ArrayKind::device ? ArrayKind::numpy : bq.kind;
     auto r = std::make_unique<Result>();
@@ -101,25 +85,21 @@ class Operator {
     return py::cast(std::move(r));
   }
 
-  py::dict plan(py::handle q, py::handle k, py::handle v, const py::kwargs& kwargs) {
-    CallArgs a = parse_call_args(kwargs);
+  py::dict plan(py::handle q, py::handle k, py::handle v, const CallArgs& a) {
     const BorrowedTensor bq = borrow(q, "q", a.uint16_is_bf16), bk = borrow(k, "k", a.uint16_is_bf16),
                          bv = borrow(v, "v", a.uint16_is_bf16);
-    const Attention& attn = attention(a.overrides);
-    const DispatchDecision d = without_gil([&] { return attn.plan(bq.view, bk.view, bv.view, a.options); });
+    const DispatchDecision d = without_gil([&] { return base_.plan(bq.view, bk.view, bv.view, a.options); });
     return decision_dict(d);
   }
 
   py::object backward(py::handle q, py::handle k, py::handle v, py::handle out, py::handle lse,
-                      py::handle dout, const py::kwargs& kwargs) {
-    CallArgs a = parse_call_args(kwargs);
+                      py::handle dout, const CallArgs& a) {
     const bool bf = a.uint16_is_bf16;
     const BorrowedTensor bq = borrow(q, "q", bf), bk = borrow(k, "k", bf), bv = borrow(v, "v", bf),
                          bout = borrow(out, "out", bf), blse = borrow(lse, "lse", false),
                          bdout = borrow(dout, "dout", bf);
-    const Attention& attn = attention(a.overrides);
     AttentionGradients g = without_gil([&] {
-      return attn.backward(bq.view, bk.view, bv.view, bout.view, blse.view, bdout.view, a.options);
+      return base_.backward(bq.view, bk.view, bv.view, bout.view, blse.view, bdout.view, a.options);
     });
     const ArrayKind kind = bq.kind == ArrayKind::device ? ArrayKind::numpy : bq.kind;
     auto r = std::make_unique<Gradients>();
@@ -139,7 +119,7 @@ class Operator {
     CallArgs a = parse_call_args(kwargs);
     const BorrowedTensor bq = borrow(q, "q", a.uint16_is_bf16), bk = borrow(k, "k", a.uint16_is_bf16),
                          bv = borrow(v, "v", a.uint16_is_bf16);
-    const Attention& attn = attention(a.overrides);
+    const Attention& attn = base_;
     const auto [wall, cpu] = without_gil([&] {
       const auto thread_cpu = [] {
         timespec ts{};
@@ -165,8 +145,18 @@ class Operator {
  private:
   std::shared_ptr<const Config> config_;
   Attention base_;
-  std::map<std::string, Attention> variants_;
 };
+
+// The keyword values of the declared wrapper (attnops/_operator.py), passed positionally in
+// Keyword's order.
+CallArgs positional_args(const py::args& values) {
+  if (values.size() != kNumKeywords)
+    throw py::type_error("expected " + std::to_string(kNumKeywords) + " keyword values in order, got " +
+                         std::to_string(values.size()));
+  CallValues v{};
+  for (std::size_t i = 0; i < kNumKeywords; ++i) v[i] = values[i];
+  return parse_call_values(v);
+}
 
 py::list backend_names(const std::vector<Backend>& bs) {
   py::list l;
@@ -219,9 +209,9 @@ float32 / float16, uint16 holding bf16 with dtype="bf16", torch CPU tensors thro
 attnops.DeviceTensor). Views are used in place; outputs come back as q's kind.
 Result: out [B, Tq, Hq, Dv], lse [B, Hq, Tq] f32 (return_lse), weights [B, Hq, Tq, Tk] f32
 (return_weights, vanilla only), decision (dict).
-Options are attnops::AttentionOptions (sinks = softmax_aux); backend ("auto", "cpu",
-"gpu,cpu", [..]), softmax_scale, runtime_dtype and num_threads configure the operator for
-this call, as the CLI's flags do.)";
+Options are attnops::AttentionOptions (sinks = softmax_aux), per-call settings included:
+backend ("auto", "cpu", "gpu,cpu", [..]), softmax_scale, runtime_dtype and num_threads
+override the operator's configuration for this call only.)";
 
 }  // namespace
 
@@ -258,7 +248,9 @@ void bind_operator(py::module_& m) {
       },
       py::arg("name"), "(canonical name, aliases, default metadata) of an operator or alias.");
 
-  py::class_<Result>(m, "Result", "The outputs of one attention call.")
+  py::class_<Result>(
+      m, "Result",
+      "The outputs of one attention call; unpacks as (out, lse, weights), None where not asked for.")
       .def_readonly("out", &Result::out, "[B, Tq, Hq, Dv] in the runtime dtype (q's kind).")
       .def_readonly("lse", &Result::lse,
                     "[B, Hq, Tq] float32 (natural log; -inf for a fully masked row), or None.")
@@ -266,6 +258,9 @@ void bind_operator(py::module_& m) {
       .def_property_readonly("decision", &Result::decision_as_dict,
                              "Which operator and backend ran, and why (reasons with codes), as a dict.")
       .def_property_readonly("decision_json", [](const Result& r) { return r.decision.to_json(); })
+      .def("__iter__", [](const Result& r) { return py::iter(r.as_tuple()); })
+      .def("__len__", [](const Result&) { return 3; })
+      .def("__getitem__", [](const Result& r, py::object i) -> py::object { return r.as_tuple()[i]; })
       .def("__repr__", [](Result& r) {
         return "attnops.Result(decision=" + std::string(py::repr(r.decision_as_dict())) + ")";
       });
@@ -282,7 +277,7 @@ void bind_operator(py::module_& m) {
       .def_property_readonly("decision_json", [](const Gradients& g) { return g.decision.to_json(); })
       .def("__iter__", [](const Gradients& g) { return py::iter(g.as_tuple()); })
       .def("__len__", [](const Gradients&) { return 5; })
-      .def("__getitem__", [](const Gradients& g, py::object i) { return g.as_tuple()[i]; })
+      .def("__getitem__", [](const Gradients& g, py::object i) -> py::object { return g.as_tuple()[i]; })
       .def("__repr__", [](Gradients& g) {
         return "attnops.Gradients(decision=" + std::string(py::repr(g.decision_as_dict())) + ")";
       });
@@ -293,19 +288,51 @@ void bind_operator(py::module_& m) {
              return std::make_unique<Operator>(name, std::move(config));
            }),
            py::arg("name"), py::arg("config") = nullptr)
-      .def("__call__", &Operator::call, py::arg("q"), py::arg("k"), py::arg("v"), kCallDoc)
-      .def("plan", &Operator::plan, py::arg("q"), py::arg("k"), py::arg("v"),
-           "The decision (a dict) the call would get, without running it. Same keywords as op(...).")
-      .def("backward", &Operator::backward, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"),
-           py::arg("lse"), py::arg("dout"),
-           "Gradients of a forward call with these inputs and options: out and lse from that call "
-           "(return_lse=True), dout [B, Tq, Hq, Dv] the gradient of out. Returns Gradients (dq, dk, dv, "
-           "dsinks, dbias, decision).")
+      .def(
+          "__call__",
+          [](Operator& o, py::handle q, py::handle k, py::handle v, const py::kwargs& kw) {
+            return o.call(q, k, v, parse_call_args(kw));
+          },
+          py::arg("q"), py::arg("k"), py::arg("v"), kCallDoc)
+      .def(
+          "plan",
+          [](Operator& o, py::handle q, py::handle k, py::handle v, const py::kwargs& kw) {
+            return o.plan(q, k, v, parse_call_args(kw));
+          },
+          py::arg("q"), py::arg("k"), py::arg("v"),
+          "The decision (a dict) the call would get, without running it. Same keywords as op(...).")
+      .def(
+          "_call",
+          [](Operator& o, py::handle q, py::handle k, py::handle v, const py::args& values) {
+            return o.call(q, k, v, positional_args(values));
+          },
+          "op(q, k, v, ...) with the keyword values in Keyword's order (attnops.Operator's fast path).")
+      .def(
+          "_plan",
+          [](Operator& o, py::handle q, py::handle k, py::handle v, const py::args& values) {
+            return o.plan(q, k, v, positional_args(values));
+          },
+          "plan(q, k, v, ...) with the keyword values in Keyword's order.")
+      .def(
+          "_backward",
+          [](Operator& o, py::handle q, py::handle k, py::handle v, py::handle out, py::handle lse,
+             py::handle dout,
+             const py::args& values) { return o.backward(q, k, v, out, lse, dout, positional_args(values)); },
+          "backward(q, k, v, out, lse, dout, ...) with the keyword values in Keyword's order.")
+      .def(
+          "backward",
+          [](Operator& o, py::handle q, py::handle k, py::handle v, py::handle out, py::handle lse,
+             py::handle dout,
+             const py::kwargs& kw) { return o.backward(q, k, v, out, lse, dout, parse_call_args(kw)); },
+          py::arg("q"), py::arg("k"), py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("dout"),
+          "Gradients of a forward call with these inputs and options: out and lse from that call "
+          "(return_lse=True), dout [B, Tq, Hq, Dv] the gradient of out. Returns Gradients (dq, dk, dv, "
+          "dsinks, dbias, decision).")
       .def(
           "paged",
           [](Operator& o, py::handle q, py::handle cache, py::handle batch, const py::kwargs& kw) {
             PagedCallArgs a = parse_paged_args(kw);
-            return paged_call(o.attention(a.base.overrides), q, cache, batch, a, false);
+            return paged_call(o.base(), q, cache, batch, a, false);
           },
           py::arg("q"), py::arg("cache"), py::arg("batch"),
           "A paged call (operator ragged_paged): q [N, Hq, D] over cache (attnops.PagedKVCache) for "
@@ -316,7 +343,7 @@ void bind_operator(py::module_& m) {
           "explain_paged",
           [](Operator& o, py::handle q, py::handle cache, py::handle batch, const py::kwargs& kw) {
             PagedCallArgs a = parse_paged_args(kw);
-            return paged_call(o.attention(a.base.overrides), q, cache, batch, a, true);
+            return paged_call(o.base(), q, cache, batch, a, true);
           },
           py::arg("q"), py::arg("cache"), py::arg("batch"),
           "The decision (a dict) a paged call would get, without running it.")

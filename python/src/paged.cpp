@@ -214,6 +214,10 @@ PagedCallArgs parse_paged_args(const py::kwargs& kwargs) {
   p.return_lse = o.return_lse;
   p.kv_split_tokens = split;
   p.share_prefixes = share;
+  p.softmax_scale = o.softmax_scale;
+  p.backends = o.backends;
+  p.num_threads = o.num_threads;
+  p.runtime_dtype = o.runtime_dtype;
   return a;
 }
 

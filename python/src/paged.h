@@ -30,7 +30,7 @@ namespace attnops::python {
 // runtime_dtype, dtype) as for dense calls. segment_ids_*, bias, mask and return_weights have no
 // ragged form: attnops.InvalidArgument naming them.
 struct PagedCallArgs {
-  CallArgs base;  // the overrides, dtype= and the sinks array held for the call
+  CallArgs base;  // dtype= and the sinks array held for the call
   PagedAttentionOptions options;
 };
 PagedCallArgs parse_paged_args(const py::kwargs& kwargs);

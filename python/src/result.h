@@ -13,7 +13,7 @@ namespace attnops::python {
 // The C++ decision's JSON as a dict, plus "pass" and "bytes_copied" always.
 py::dict decision_dict(const DispatchDecision& d);
 
-// The outputs of one forward call.
+// The outputs of one forward call; unpacks as (out, lse, weights), None where not asked for.
 struct Result {
   py::object out, lse, weights;
   DispatchDecision decision;
@@ -23,6 +23,7 @@ struct Result {
     if (!decision_cache) decision_cache = decision_dict(decision);
     return decision_cache;
   }
+  py::tuple as_tuple() const { return py::make_tuple(out, lse, weights); }
 };
 
 }  // namespace attnops::python

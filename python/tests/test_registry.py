@@ -73,8 +73,8 @@ def test_profile_adds_timings():
 
 
 def test_top_level_attention_helper():
-    r = attnops.attention(q, q, q, op="flash", causal=False, backend="cpu")
-    assert r.decision["requested"] == "flash_attn2"
+    out = attnops.attention(q, q, q, op="flash", causal=False, backend="cpu")
+    assert isinstance(out, np.ndarray) and out.shape == q.shape
     with pytest.raises(TypeError):
         attnops.attention(q, q, q, op=attnops.registry().get("vanilla"), config={})
 

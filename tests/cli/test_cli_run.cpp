@@ -215,6 +215,9 @@ TEST(CliRun, ThreadsAndBackendChoice) {
     const CliResult r = run_cli(in.args("flash_attn2", {"--threads", "1", "--backend", b, "--explain"}));
     expect_ok(r);
     EXPECT_EQ(explain_json(r).value("backend", ""), b);
+    // The flags are the call's own settings, and the decision shows them.
+    const nlohmann::json settings = {{"num_threads", 1}, {"backends", nlohmann::json::array({b})}};
+    EXPECT_EQ(explain_json(r).value("settings", nlohmann::json()), settings) << explain_json(r).dump();
     EXPECT_LE(max_abs_diff(read_npy(in.out_path), oracle(in, {}).out), 2e-5) << b;
   }
 }

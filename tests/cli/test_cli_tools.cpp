@@ -96,12 +96,21 @@ TEST(BenchSpec, FuzzFindingsAreConfigErrors) {
 }
 
 TEST(Settings, BackendFlagOverridesEveryConfigLevel) {
-  Config c = parse_config(
+  const Config config = parse_config(
       "backend: [gpu]\ndisabled_backends: [cpu]\noperators:\n  vanilla:\n    backend: [native]\n");
-  Overrides o;
-  o.backends = parse_backend_list("cpu");
-  o.softmax_scale = 0.25;
-  apply_overrides(c, o);
+  CallSettings s;
+  s.backends = parse_backend_list("cpu");
+  s.softmax_scale = 0.25;
+  // As a call's settings (run, demo, bench): the operator keeps the config, the call overrides it.
+  AttentionOptions o;
+  set_call_settings(o, s);
+  const Tensor q(DType::f32, {1, 4, 1, 8});
+  const DispatchDecision d = registry().get("vanilla", config).plan(q, q, q, o);
+  EXPECT_EQ(d.backend, Backend::cpu) << d.to_json();
+  EXPECT_EQ(d.settings.softmax_scale, 0.25);
+  // Written into the config (the distributed commands).
+  Config c = config;
+  apply_to_config(c, s);
   const Attention a = registry().get("vanilla", c);
   ASSERT_FALSE(a.op().metadata().backends.empty());
   EXPECT_EQ(a.op().metadata().backends.front(), Backend::cpu);
