@@ -1,4 +1,4 @@
-// ragged_paged on the cpu (issue 16's targets), each against a yardstick measured in the same run:
+// ragged_paged on the cpu, each against a yardstick measured in the same run:
 //
 //   bench_paged --benchmark_filter=Bandwidth   read bandwidth (sum of a 1 GiB f32 array, all threads)
 //   bench_paged --benchmark_filter=DecodeBatch 64 sequences, kv_len in [128, 8192], Hq 32 Hkv 8 D 128,

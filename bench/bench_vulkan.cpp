@@ -8,13 +8,13 @@
 //
 // Names: VulkanAttention/<op>/<dtype>/<causal|full>/B1_H<H>_T<T>_D<D> (the variant the selection
 // takes), VulkanKernel/<variant>/<dtype>/<causal|full>/B1_H8_T512_D64 (a variant forced through
-// vulkan::debug::set_kernel_override: flash_rowwise is the first kernel, the baseline of issue 9's
-// ">= 3x" target; compare rows of the same run). Every call goes through
+// vulkan::debug::set_kernel_override: flash_rowwise is the first kernel, the baseline the tiled
+// kernels are measured against; compare rows of the same run). Every call goes through
 // attnops::registry().get(op, metadata) with metadata.backends = {gpu}, gpu.allow_software = true
 // and the operator's fallbacks off; upload, dispatch and read back are inside the timing (what a
-// user gets). The label names the operator, the backend and the kernel variant that really ran
-// (a benchmark that did not run on the gpu says so and is skipped). The pipelines are created by
-// the warm-up call, outside the timing.
+// user gets). The label names the operator, the backend and the kernel variant that really ran (a
+// benchmark that did not run on the gpu says so and is skipped). The pipelines are created by the
+// warm-up call, outside the timing.
 //
 // Counter GFLOPs (Sgemm): 2 * N^3 / time, upload and read back included.
 // Counter GFLOPs_visible: 4 * B * Hq * D * visible_pairs / time (2 flops per multiply-add, two
@@ -113,7 +113,7 @@ BENCHMARK(BM_VulkanSgemm)
     ->UseRealTime();
 
 void register_all() {
-  // Issue 9's lavapipe target: the tiled flash kernel against the first one, B1 H8 T512 D64 f32.
+  // On lavapipe: the tiled flash kernel against the first one, B1 H8 T512 D64 f32.
   for (auto variant :
        {attnops::vulkan::Variant::flash_rowwise, attnops::vulkan::Variant::flash_subgroup,
         attnops::vulkan::Variant::flash_coopmat_nv, attnops::vulkan::Variant::flash_coopmat_khr})

@@ -1,6 +1,6 @@
 // `attnops bench --background-load N`: N busy child processes (`yes > /dev/null` each, or a
 // spinning loop where `yes` cannot be run) for the loaded samples of each row, so the quiet and loaded
-// medians of the same build come from one command (issue 21: a library whose second thread waits for a
+// medians of the same build come from one command (a library whose second thread waits for a
 // descheduled worker is 100x slower on a busy machine; this is how to see it).
 //
 // The children are started once per row and stopped (SIGSTOP) between loaded samples, so quiet and

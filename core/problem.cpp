@@ -85,7 +85,7 @@ void require_output_size(const char* name, const char* layout, std::array<std::i
   const auto n = checked_numel(dims4.data(), rank);
   const auto bytes = n ? checked_mul(*n, static_cast<std::int64_t>(dtype_size(dtype))) : std::nullopt;
   if (!bytes || *bytes > kMaxTensorBytes) {
-    // The message is built only here: a valid call allocates nothing for it (issue 21).
+    // The message is built only here: a valid call allocates nothing for it.
     const std::vector<std::int64_t> dims(dims4.begin(), dims4.begin() + static_cast<std::ptrdiff_t>(rank));
     fail(ErrorCode::invalid_argument, std::string(name) + ": " + layout + " = " + shape_string(dims) +
                                           " of " + std::string(dtype_name(dtype)) +

@@ -1,6 +1,6 @@
 // Block map (Splash's MaskInfo, FlexAttention's BlockMask): the static mask reduced to
 // (q block, kv block) tiles, each empty (skipped), full (no mask evaluated) or partial (masked).
-// Owned by the tiled-kernels work (issue 4); this header fixes the entry points the operators use.
+// This header fixes the entry points the operators use.
 #pragma once
 
 #include <cstdint>

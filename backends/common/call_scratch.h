@@ -1,7 +1,7 @@
 // One reusable scratch buffer per calling thread, for kernels whose working memory is sized per
 // call (baseline code; per-tier kernels call it through this plain function). A warmed-up call of
 // the same or a smaller size allocates nothing: a decode step per layer per token is a stream of
-// equal calls (issue 21, small calls). The buffer only grows; it is freed when the thread ends.
+// equal calls. The buffer only grows; it is freed when the thread ends.
 //
 // A kernel takes the buffer once per call, before its tasks run, and carves it up itself; it must
 // not call another kernel that uses it while it holds it (none does: they are leaves).

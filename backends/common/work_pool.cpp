@@ -164,8 +164,8 @@ class Pool {
     int started = 0;
     while (workers_ < want) {
       try {
-        // It starts with the call that starts it unseen, so it joins that call (it used to wait
-        // for the next one: the first call of a process ran on the caller alone).
+        // It starts with the call that starts it unseen, so it joins that call (else the first
+        // call of a process would run on the caller alone).
         std::thread([this, before = gen_ - 1] { worker_loop(before); }).detach();
       } catch (...) {
         break;

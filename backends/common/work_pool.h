@@ -5,7 +5,7 @@
 // must reach. On a busy machine (other processes on every core) a worker woken for the region
 // may not run for a whole scheduler time slice (4 ms), and the call waits for it even when the
 // caller has done all the work meanwhile: a 0.1 ms decode took 16 ms with two busy processes on
-// two cores (issue 21). Here the calling thread takes tasks too, workers join only while tasks
+// two cores. Here the calling thread takes tasks too, workers join only while tasks
 // are left, and the call returns once every task is done: a worker that never ran is never
 // waited for, only one that is in the middle of a task. When even that happens (a worker
 // descheduled mid-task held the caller for longer than a quarter of its own work), the next calls

@@ -153,8 +153,7 @@ void run_task(const tiled::Ctx& x, tiled::Scratch& s, i64 b, i64 h, i64 qb) {
     float* qt = s.qt.get();
     const float scale = static_cast<float>(p.scale);
     // kQRows rows at a time, converted and scaled into s.row, then transposed in 8 x 8 blocks
-    // (element by element before, stores 4 * bqp bytes apart; perf, AVX2, B1 H16 T2048 D128 f32:
-    // the per-task work's share of the kernel time 16.7% -> 15.4%). Padding lanes (>= nr) are 0.
+    // (element by element, the stores would land 4 * bqp bytes apart). Padding lanes (>= nr) are 0.
     float* rows = s.row.get();
     for (i64 r0 = 0; r0 < lanes; r0 += tiled::kQRows) {
       const i64 n = std::min(tiled::kQRows, lanes - r0);

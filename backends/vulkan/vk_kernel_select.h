@@ -151,7 +151,7 @@ Selection select_kernel(const DeviceDesc& dev, const BuildCaps& caps, const Prob
                         const KernelOverride& force = {}, const std::vector<DisabledVariant>& disabled = {});
 
 // Each variant with whether this build holds it and whether `dev` could run it (a canonical f16
-// prefill, B1 H16 T4096 D128, forced to it), as `attnops info` lists them (issue 19, item 8):
+// prefill, B1 H16 T4096 D128, forced to it), as `attnops info` lists them:
 // "flash_coopmat_nv: built; this device: no (the device does not offer ...)".
 std::vector<std::string> variant_support(const DeviceDesc& dev, const BuildCaps& caps);
 

@@ -1,7 +1,7 @@
-# Diagnostic of flash_coopmat_nv on a real GPU (issue 19; the self-check disabled it on an H100,
-# driver 580): runs `attnops run` on generated f16 inputs with the variant forced and the self-check
-# off, compares with an fp64 reference and prints which rows, columns and heads are wrong.
-# Usage, on the GPU machine after the recipe unpacked .gl: python3 bench/gpu/coopmat_diag.py .gpu/attnops /tmp/diag
+# Diagnostic of flash_coopmat_nv on a real GPU, for when the self-check disables it: runs `attnops
+# run` on generated f16 inputs with the variant forced and the self-check off, compares with an fp64
+# reference and prints which rows, columns and heads are wrong. Usage, on the GPU machine after the
+# recipe unpacked .gl: python3 bench/gpu/coopmat_diag.py .gpu/attnops /tmp/diag
 import os, subprocess, sys, json
 import numpy as np
 binary, outdir = sys.argv[1], sys.argv[2]

@@ -1,7 +1,8 @@
-// The library's environment variables, read once per process (at the first call that needs
-// them), not once per call: a serving loop makes thousands of small calls a second, and each
-// used to look up and parse four variables (issue 21). A process that changes them after its
-// first call (setenv; the tests do) calls reload_environment() for the change to take effect.
+// The library's environment variables, read once per process (at the first call that needs them),
+// not once per call: a serving loop makes thousands of small calls a second, and looking up and
+// parsing four variables in each would cost more than a small call's kernel. A process that changes
+// them after its first call (setenv; the tests do) calls reload_environment() for the change to
+// take effect.
 //
 //   ATTNOPS_FORCE_NATIVE  1, true, yes (on) or 0, false, no, empty (off), any case; anything else
 //                         makes every call fail with Error(invalid_argument) naming the variable

@@ -112,7 +112,7 @@ def test_no_output_on_error_and_state_intact():
 
 
 def test_environment_is_read_once_until_reloaded(monkeypatch):
-    # The library reads ATTNOPS_FORCE_NATIVE once per process (issue 21): a change to os.environ
+    # The library reads ATTNOPS_FORCE_NATIVE once per process: a change to os.environ
     # after the first call takes effect at attnops.reload_environment(), not before.
     q = np.random.default_rng(0).standard_normal((1, 128, 2, 16)).astype(np.float32)
     cpu_op = attnops.registry().get("flash_attn2", config={"backend": ["cpu"], "disabled_backends": ["gpu"]})

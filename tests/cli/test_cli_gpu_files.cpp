@@ -1,8 +1,8 @@
-// The GPU's failure paths and cache files through the real program (issue 20, items 2 and 3),
+// The GPU's failure paths and cache files through the real program,
 // on lavapipe (allowed through ATTNOPS_VK_ALLOW_SOFTWARE or the config; the tests skip without
 // a Vulkan device):
 //  - a Vulkan device whose creation fails (every allocation refused, ATTNOPS_VK_INJECT_FAULT=oom;
-//    or gpu.pipeline_cache naming a directory, which used to throw from the cache read) must not
+//    or gpu.pipeline_cache naming a directory, which throws from the cache read) must not
 //    crash the process at exit: `run`, `demo` and `bench` exit 0 with their output, the gpu
 //    failure recorded and the cpu's answer given;
 //  - the pipeline cache and its `.rates` file are read with a bound: pointed at /dev/zero, a
@@ -187,7 +187,7 @@ TEST(CliGpuFailures, AHungSubmissionTimesOutAndTheCpuAnswers) {
   in.expect_right_output();
 }
 
-// The self-check (issue 19, items 6 and 8): a run with gpu.pipeline_cache set keeps the results
+// The self-check: a run with gpu.pipeline_cache set keeps the results
 // beside it, and a later `attnops info` (another process) shows them with the kernel variants
 // this build holds and the device could run; a wrong answer injected into flash_subgroup's
 // check shows up as FAIL and the run still answers right.

@@ -1,7 +1,7 @@
 // `attnops bench --plot FILE`: no text of the user's reaches gnuplot's parser as code. gnuplot
 // expands `command` (back-quotes) anywhere on a line, runs a line starting with `!` in a shell,
-// and a newline inside a string ends the command: before this test, a plot named
-// x`touch PWNED`.svg ran `touch PWNED`. Each name below must give a plot at exactly that name
+// and a newline inside a string ends the command: unquoted, a plot named
+// x`touch PWNED`.svg would run `touch PWNED`. Each name below must give a plot at exactly that name
 // and run nothing.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -199,8 +199,8 @@ TEST(Concurrency, HandlesFetchedPerCallGiveTheSerialResults) {
   expect_no_vulkan_threading_errors();
 }
 
-// Issue 11, crash 2: get/make read an entry after releasing the lock while add reallocates the
-// entry vector. Readers loop over get/canonical/list while the main thread adds 200 operators.
+// get/make must not read an entry after releasing the lock while add reallocates the entry
+// vector. Readers loop over get/canonical/list while the main thread adds 200 operators.
 TEST(Concurrency, RegistryAddRacesGet) {
   Registry r;
   register_builtin_operators(r);

@@ -93,8 +93,8 @@ TEST(TensorSizes, ViewsCheckTheirElementCountAndExtent) {
   EXPECT_EQ(bcast.numel(), std::int64_t{1} << 62);
 }
 
-// A zero-stride view claiming Dv = 2^62 passed validation and crashed in Tensor::copy_of during
-// normalisation; now the output size is checked first and the error names it.
+// A zero-stride view claiming Dv = 2^62: the output size is checked before Tensor::copy_of
+// normalises the inputs, and the error names it.
 TEST(TensorSizes, HugeClaimedHeadDimIsATypedError) {
   const float x[4] = {};
   const TensorView q(x, DType::f32, {1, 1, 1, 4}), k(x, DType::f32, {1, 1, 1, 4});

@@ -5,10 +5,10 @@
 // strings reuse their capacity), on one thread or two. Through the public API the count is fixed
 // (the same call after call and whatever the size) and is only what the caller gets back: the
 // output tensor (its shape and storage, 3) and the decision (the disabled gpu's reason, the
-// kernel, its detail, 4). Issue 21 took it from 28: no shape strings built for messages that are
-// not thrown, the decision moved instead of copied, the candidate backends in a fixed array, the
-// causal mask node shared, the cpu's availability without a string or an ISA re-detection, the
-// environment read once.
+// kernel, its detail, 4): no shape strings are built for messages that are not thrown, the
+// decision is moved, not copied, the candidate backends sit in a fixed array, the causal mask node
+// is shared, the cpu's availability needs no string or ISA re-detection, and the environment is
+// read once.
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -80,7 +80,7 @@ TEST(SmallCalls, EachThreadCountIsBitwiseRepeatable) {
 }
 
 // The backward runs its row statistics, its non-finite row flags and its dq / dk-dv tasks on the
-// same pool (issue 21): each thread count gives bitwise the same gradients call after call, and
+// same pool: each thread count gives bitwise the same gradients call after call, and
 // 2 and 3 threads run them with workers racing for tasks (this test runs under TSan in CI).
 TEST(SmallCalls, BackwardOnThePoolIsBitwiseRepeatable) {
   const Inputs in = inputs(256, 320, 4, 2, 40);  // GQA, Tq != Tk, head dim not a power of two

@@ -154,7 +154,7 @@ TEST(DistCli, ErrorsExitTwoOnEveryRankAndWriteNothing) {
 }
 
 // Inputs whose shapes disagree with q / k are refused by rank 0's agreed checks, naming the flag,
-// before any shard moves (they used to abort the job from inside the scatter, naming neither).
+// before any shard moves (not an abort from inside the scatter, naming neither).
 // Command-line errors carry the "error:" prefix of the single-process run.
 TEST(DistCli, WrongLengthInputsAndBadCommandLinesAreAgreedErrorsNamingTheFlag) {
   Files f;

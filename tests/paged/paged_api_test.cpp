@@ -1,5 +1,5 @@
-// The paged cache, the plan and the operator's routing (issue 16): write + gather bit for bit
-// (host and device), write all or nothing, page views; each bad input of item 7 a typed error
+// The paged cache, the plan and the operator's routing: write + gather bit for bit
+// (host and device), write all or nothing, page views; each bad input a typed error
 // naming the argument with nothing written; the work list; dispatch, reasons, YAML backend
 // selection, ATTNOPS_LOG=dispatch, a device cache with host-only backends.
 #include <gmock/gmock.h>

@@ -1,4 +1,4 @@
-// ragged_paged against the dense oracle over random batches (issue 16, Tests): native equals the
+// ragged_paged against the dense oracle over random batches: native equals the
 // dense native call bitwise; cpu (every ISA tier this machine runs) within the dense tolerances.
 // S 1..8; q_len 0, 1, several and kv_len; kv_len 0 and not a multiple of the page size; pages of
 // 1, 3, 16, 128 tokens, permuted; Hq / Hkv 1, 2, 4, 8; D != Dv and not powers of two; windows

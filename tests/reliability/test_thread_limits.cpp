@@ -1,6 +1,6 @@
-// Absurd thread counts: `--threads 100000` (or num_threads: 100000 in YAML) made vanilla's
-// OpenMP region overflow its thread stacks (SIGSEGV), 2^31-1 made libgomp abort with "Out of
-// memory", and 30000 really started 30000 threads. The count is now clamped to
+// Absurd thread counts: `--threads 100000` (or num_threads: 100000 in YAML) would overflow an
+// OpenMP region's thread stacks (SIGSEGV), 2^31-1 makes libgomp abort with "Out of memory", and
+// 30000 would start 30000 threads. The count is clamped to
 // max_worker_threads() (the hardware threads) in make_problem, for every backend and every
 // source of the setting, and OpenMP's own default is clamped by worker_threads().
 #include <gtest/gtest.h>

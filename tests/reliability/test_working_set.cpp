@@ -69,8 +69,8 @@ long peak_rss_kib() {
   return u.ru_maxrss;
 }
 
-// The case, scaled to run in about a second: G = 512 q heads per kv head and 2^18
-// keys. Before the fix each thread held 512 x 2^18 floats (512 MiB); now 16 MiB.
+// G = 512 q heads per kv head and 2^18 keys, sized to run in about a second: scores for the
+// whole group would hold 512 x 2^18 floats (512 MiB) per thread; the kernel needs 16 MiB.
 TEST(VanillaWorkingSet, GqaGroupTimesKeysNoLongerMaterialised) {
   // Under ASan the peak RSS also counts shadow memory and the quarantine of freed blocks (up to
   // 256 MiB), so it says nothing about the kernel's working set; PlanStaysWithinTheCapOrOneRow

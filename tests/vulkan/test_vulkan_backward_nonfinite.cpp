@@ -1,4 +1,4 @@
-// The backward's non-finite policy on the gpu (README, "Gradients"; issue 20 item 6):
+// The backward's non-finite policy on the gpu (README, "Gradients"):
 //
 //   A masked pair (i, j) -- excluded by the static mask, by segment ids, or by a logit of -inf
 //   (e.g. a -inf bias) -- contributes nothing to dq_i, dk_j, dv_j, dbias_ij or dsinks, even when

@@ -1,4 +1,4 @@
-// A hung submission (issue 19, item 4): with ATTNOPS_VK_INJECT_FAULT=hang (debug::Fault::hang)
+// A hung submission: with ATTNOPS_VK_INJECT_FAULT=hang (debug::Fault::hang)
 // every submission ends waiting for an event that only the host sets, when the test lets it go
 // (debug::release_injected_hangs): a queue that does not finish, on any device. The call must
 // fail with gpu_error once the fence wait times out -- while the work is still pending, not after

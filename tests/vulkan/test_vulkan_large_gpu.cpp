@@ -1,4 +1,4 @@
-// What a large discrete GPU changes (issue 19, items 2 and 3), shown on lavapipe and on an
+// What a large discrete GPU changes, shown on lavapipe and on an
 // injected H100-like description (132 compute units, subgroup 32, 4 GiB storage-buffer range,
 // host-visible device-local memory):
 //  - large requests are allocated at their exact size, never rounded up by a size class past

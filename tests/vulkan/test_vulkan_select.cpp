@@ -221,7 +221,7 @@ TEST(VulkanSelect, DevicesWithoutShufflesOrWithWideSubgroups) {
   EXPECT_TRUE(mentions(w, "the device does not offer VK_KHR_cooperative_matrix")) << w.detail();
 }
 
-// Issue 19, item 5: the cooperative-matrix kernel maps lanes to matrix rows by its subgroup size,
+// The cooperative-matrix kernel maps lanes to matrix rows by its subgroup size,
 // so it runs only where every subgroup has exactly that many lanes and is full; flash_subgroup's
 // teams of several lanes are numbered by subgroup lane, which needs full subgroups too.
 TEST(VulkanSelect, SubgroupSizeAssumptionsAreEnforced) {
@@ -255,7 +255,7 @@ TEST(VulkanSelect, SubgroupSizeAssumptionsAreEnforced) {
   EXPECT_GT(s.subgroup.ds, 1u) << s.detail();
 }
 
-// Issue 19, item 7: shapes that give the cooperative-matrix kernel (no split-KV) too few
+// Shapes that give the cooperative-matrix kernel (no split-KV) too few
 // workgroups for the device go to a split-KV variant (flash_decode for <= 16 rows per kv head);
 // decode fills a large GPU.
 TEST(VulkanSelect, ShortQueriesOverLongContextsFillTheDevice) {

@@ -1,4 +1,4 @@
-// flash_decode's selection (issue 19, item 7) on injected device descriptions: when it is taken,
+// flash_decode's selection on injected device descriptions: when it is taken,
 // its tiles on an H100, a wave64 device and lavapipe (forced), and why it is passed over.
 #include <gtest/gtest.h>
 
@@ -15,7 +15,7 @@ namespace {
 using vulkan::DeviceDesc;
 using vulkan::KernelOverride;
 
-// Issue 19, item 7's decode shape: a workgroup splits the keys over teams of lanes (8 elements
+// The decode shape: a workgroup splits the keys over teams of lanes (8 elements
 // per lane and chunk: one 16-byte load of 16-bit data), its rows the q heads of one kv head.
 TEST(VulkanSelect, DecodeShapedProblemsTakeTheDecodeKernelOnAGpu) {
   // B1 H16 Tk32768 D128 f16 on the H100: 16 lanes per key, 4 subgroups = 8 teams of 4 keys per

@@ -1,4 +1,4 @@
-// The self-check of each kernel configuration on first use (issue 19, item 6; vk_selfcheck.h):
+// The self-check of each kernel configuration on first use (vk_selfcheck.h):
 // an injected wrong answer (ATTNOPS_VK_INJECT_FAULT=wrong_result[:VARIANT]) disables the variant
 // with `selftest_failed` and the error seen, and the next variant runs (right); when every variant
 // fails the gpu backend is refused with reason selftest_failed and the cpu answers; the results
