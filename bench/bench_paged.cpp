@@ -73,8 +73,9 @@ void BM_Bandwidth(benchmark::State& state) {
 
 // Batches are built once per shape (pools of gigabytes) and kept for the process. kv: the cache's
 // dtype (8-bit caches: int8 / fp8_e4m3 under q of dtype dt).
-const attnops::benchkit::ServingBatch& batch(const std::string& key, const attnops::benchkit::ServingRowSpec& row,
-                                        i64 page, DType dt, std::optional<DType> kv = std::nullopt) {
+const attnops::benchkit::ServingBatch& batch(const std::string& key,
+                                             const attnops::benchkit::ServingRowSpec& row, i64 page, DType dt,
+                                             std::optional<DType> kv = std::nullopt) {
   static std::map<std::string, std::unique_ptr<attnops::benchkit::ServingBatch>> cache;
   std::string name = key;  // piece by piece: GCC 12 warns (-Wrestrict, a false positive) on "_" + string
   if (kv) {
@@ -83,8 +84,8 @@ const attnops::benchkit::ServingBatch& batch(const std::string& key, const attno
   }
   auto& slot = cache[name];
   if (!slot)
-    slot =
-        std::make_unique<attnops::benchkit::ServingBatch>(attnops::benchkit::make_serving_batch(row, page, dt, 7, kv));
+    slot = std::make_unique<attnops::benchkit::ServingBatch>(
+        attnops::benchkit::make_serving_batch(row, page, dt, 7, kv));
   return *slot;
 }
 
@@ -97,7 +98,8 @@ attnops::Attention op(const char* name) {
 // cpu: process CPU seconds the timed loop took (every thread): on a shared machine the threads
 // run a fraction of the wall time, so bytes per CPU second (and the same rate of the read loop)
 // measure the code where wall-clock rates measure the neighbours.
-void report(benchmark::State& state, const attnops::benchkit::ServingBatch& b, double cpu, double keys_read = -1) {
+void report(benchmark::State& state, const attnops::benchkit::ServingBatch& b, double cpu,
+            double keys_read = -1) {
   const double bytes = (keys_read >= 0 ? keys_read : static_cast<double>(b.kv_tokens)) * b.key_bytes;
   state.counters["kv_GBps"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   if (cpu > 0)
@@ -108,7 +110,8 @@ void report(benchmark::State& state, const attnops::benchkit::ServingBatch& b, d
   if (g_read_gbps > 0) state.counters["read_GBps"] = g_read_gbps;
 }
 
-double run_paged(benchmark::State& state, const attnops::benchkit::ServingBatch& b, i64 Hq, bool share = true) {
+double run_paged(benchmark::State& state, const attnops::benchkit::ServingBatch& b, i64 Hq,
+                 bool share = true) {
   const attnops::Attention attn = op("ragged_paged");
   attnops::PagedAttentionOptions opts;
   opts.share_prefixes = share;

@@ -13,9 +13,9 @@
 
 #include "attnops/attnops.h"
 #include "benchkit/median_timer.h"
+#include "benchkit/parse.h"
 #include "benchkit/progress.h"
 #include "benchkit/read_bandwidth.h"
-#include "benchkit/parse.h"
 #include "core/printable.h"
 
 namespace attnops::benchkit {

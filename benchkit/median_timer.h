@@ -1,6 +1,6 @@
-// Call timing for the benchmarks and the demo. The demo's (median_call_time): one untimed warm-up call (thread pool,
-// block maps, pipelines), then the median of several timed calls. A single timed call on a machine with
-// anything else running shows the scheduler's time slices (a 0.08 ms decode measured as 16 ms
+// Call timing for the benchmarks and the demo. The demo's (median_call_time): one untimed warm-up call
+// (thread pool, block maps, pipelines), then the median of several timed calls. A single timed call on a
+// machine with anything else running shows the scheduler's time slices (a 0.08 ms decode measured as 16 ms
 // when a worker thread waits for a descheduled one); the median of several calls does not.
 #pragma once
 

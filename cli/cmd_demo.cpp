@@ -9,10 +9,10 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "benchkit/median_timer.h"
 #include "cli/commands.h"
 #include "cli/decision_text.h"
 #include "cli/inputs.h"
-#include "benchkit/median_timer.h"
 #include "cli/settings.h"
 #include "cli/verify.h"
 
