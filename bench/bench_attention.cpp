@@ -1,7 +1,7 @@
 // Prefill attention speed through the public API, against an SGEMM ceiling in the same binary.
 //
 //   bench_attention --benchmark_filter=Sgemm          Eigen SGEMM 2048^3 (the ceiling proxy; the
-//                                                     best ISA copy, cli/sgemm.h)
+//                                                     best ISA copy, benchkit/sgemm.h)
 //   bench_attention --benchmark_filter=Attention/     ops x backends x shapes (see below)
 //   bench_attention --benchmark_filter=BlockSizes/    flash_attn2 cpu, T=2048 D=128, bq x bk grid
 //

@@ -2,7 +2,7 @@
 // the forward measured in the same binary.
 //
 //   bench_backward --benchmark_filter=Sgemm               Eigen SGEMM 2048^3 (the ceiling proxy; the
-//                                                         best ISA copy, cli/sgemm.h)
+//                                                         best ISA copy, benchkit/sgemm.h)
 //   bench_backward --benchmark_filter='Forward/|Backward/'  forward and backward of the same calls
 //   bench_backward --benchmark_filter=BackwardMemory      peak memory of one large causal backward
 //

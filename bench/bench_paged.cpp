@@ -35,8 +35,8 @@
 
 #include "attnops/attnops.h"
 #include "bench/bench_main.h"
-#include "cli/bench_serving.h"
-#include "cli/read_bandwidth.h"
+#include "benchkit/bench_serving.h"
+#include "benchkit/read_bandwidth.h"
 
 namespace {
 
@@ -60,9 +60,9 @@ double max_of(const std::vector<double>& v) {
 }
 
 void BM_Bandwidth(benchmark::State& state) {
-  attnops::cli::ReadBandwidth bw;
+  attnops::benchkit::ReadBandwidth bw;
   for (auto _ : state) {
-    bw = attnops::cli::measure_read_bandwidth(0, 3);
+    bw = attnops::benchkit::measure_read_bandwidth(0, 3);
     state.SetIterationTime(bw.mib / 1024.0 / bw.gbps * 1.073741824);
   }
   g_read_gbps = std::max(g_read_gbps, bw.gbps);
@@ -73,9 +73,10 @@ void BM_Bandwidth(benchmark::State& state) {
 
 // Batches are built once per shape (pools of gigabytes) and kept for the process. kv: the cache's
 // dtype (8-bit caches: int8 / fp8_e4m3 under q of dtype dt).
-const attnops::cli::ServingBatch& batch(const std::string& key, const attnops::cli::ServingRowSpec& row,
-                                        i64 page, DType dt, std::optional<DType> kv = std::nullopt) {
-  static std::map<std::string, std::unique_ptr<attnops::cli::ServingBatch>> cache;
+const attnops::benchkit::ServingBatch& batch(const std::string& key,
+                                             const attnops::benchkit::ServingRowSpec& row, i64 page, DType dt,
+                                             std::optional<DType> kv = std::nullopt) {
+  static std::map<std::string, std::unique_ptr<attnops::benchkit::ServingBatch>> cache;
   std::string name = key;  // piece by piece: GCC 12 warns (-Wrestrict, a false positive) on "_" + string
   if (kv) {
     name += '_';
@@ -83,8 +84,8 @@ const attnops::cli::ServingBatch& batch(const std::string& key, const attnops::c
   }
   auto& slot = cache[name];
   if (!slot)
-    slot =
-        std::make_unique<attnops::cli::ServingBatch>(attnops::cli::make_serving_batch(row, page, dt, 7, kv));
+    slot = std::make_unique<attnops::benchkit::ServingBatch>(
+        attnops::benchkit::make_serving_batch(row, page, dt, 7, kv));
   return *slot;
 }
 
@@ -97,7 +98,8 @@ attnops::Attention op(const char* name) {
 // cpu: process CPU seconds the timed loop took (every thread): on a shared machine the threads
 // run a fraction of the wall time, so bytes per CPU second (and the same rate of the read loop)
 // measure the code where wall-clock rates measure the neighbours.
-void report(benchmark::State& state, const attnops::cli::ServingBatch& b, double cpu, double keys_read = -1) {
+void report(benchmark::State& state, const attnops::benchkit::ServingBatch& b, double cpu,
+            double keys_read = -1) {
   const double bytes = (keys_read >= 0 ? keys_read : static_cast<double>(b.kv_tokens)) * b.key_bytes;
   state.counters["kv_GBps"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   if (cpu > 0)
@@ -108,7 +110,8 @@ void report(benchmark::State& state, const attnops::cli::ServingBatch& b, double
   if (g_read_gbps > 0) state.counters["read_GBps"] = g_read_gbps;
 }
 
-double run_paged(benchmark::State& state, const attnops::cli::ServingBatch& b, i64 Hq, bool share = true) {
+double run_paged(benchmark::State& state, const attnops::benchkit::ServingBatch& b, i64 Hq,
+                 bool share = true) {
   const attnops::Attention attn = op("ragged_paged");
   attnops::PagedAttentionOptions opts;
   opts.share_prefixes = share;
@@ -127,7 +130,7 @@ double run_paged(benchmark::State& state, const attnops::cli::ServingBatch& b, i
 
 void BM_DecodeBatch(benchmark::State& state, DType dt, std::optional<DType> kv) {
   const i64 page = state.range(0);
-  attnops::cli::ServingRowSpec row;  // the defaults: 64 sequences, [128, 8192], q_len 1, 32/8, D 128
+  attnops::benchkit::ServingRowSpec row;  // the defaults: 64 sequences, [128, 8192], q_len 1, 32/8, D 128
   const auto& b =
       batch("decode" + std::to_string(page) + std::string(attnops::dtype_name(dt)), row, page, dt, kv);
   const double cpu = run_paged(state, b, row.Hq);
@@ -135,7 +138,7 @@ void BM_DecodeBatch(benchmark::State& state, DType dt, std::optional<DType> kv) 
 }
 
 void BM_MixBatch(benchmark::State& state, DType dt) {
-  attnops::cli::ServingRowSpec row;
+  attnops::benchkit::ServingRowSpec row;
   row.prefill_fraction = 0.125;
   row.prefill_q_len = 256;
   const auto& b = batch("mix" + std::string(attnops::dtype_name(dt)), row, 16, dt);
@@ -146,7 +149,7 @@ void BM_MixBatch(benchmark::State& state, DType dt) {
 // 64 decode sequences sharing a 4096-token prompt, each with 128..1024 own keys; sharing on
 // (state.range(0) == 1) or off. kv_GBps counts the bytes read (a shared item's keys once).
 void BM_SharedPrefix(benchmark::State& state, DType dt) {
-  attnops::cli::ServingRowSpec row;
+  attnops::benchkit::ServingRowSpec row;
   row.shared_prefix = 4096, row.kv_min = 128, row.kv_max = 1024;
   const auto& b = batch("shared" + std::string(attnops::dtype_name(dt)), row, 16, dt);
   const bool share = state.range(0) == 1;
@@ -161,8 +164,8 @@ void BM_SharedPrefix(benchmark::State& state, DType dt) {
   report(state, b, cpu, keys);
 }
 
-attnops::cli::ServingRowSpec one_sequence(i64 kv, i64 q) {
-  attnops::cli::ServingRowSpec row;
+attnops::benchkit::ServingRowSpec one_sequence(i64 kv, i64 q) {
+  attnops::benchkit::ServingRowSpec row;
   row.seqs = 1, row.kv_min = row.kv_max = kv, row.q_len = q, row.Hq = 16, row.Hkv = 16, row.D = 128;
   return row;
 }
@@ -171,7 +174,7 @@ attnops::cli::ServingRowSpec one_sequence(i64 kv, i64 q) {
 // from the pages into [1, T, H, D].
 void same_tokens(benchmark::State& state, const std::string& key, i64 kv, i64 q, DType dt,
                  std::optional<DType> kvt = std::nullopt) {
-  const attnops::cli::ServingRowSpec row = one_sequence(kv, q);
+  const attnops::benchkit::ServingRowSpec row = one_sequence(kv, q);
   const auto& b = batch(key + std::string(attnops::dtype_name(dt)), row, 16, dt, kvt);
   double cpu = 0;
   if (state.range(0) == 0 || kvt) {  // an 8-bit cache has no dense form: paged only
@@ -205,7 +208,7 @@ void BM_Prefill(benchmark::State& state, DType dt, std::optional<DType> kv) {
 
 // plan_paged for 256 decode sequences, shared-prefix detection off (range(1) == 0) or on.
 void BM_Plan(benchmark::State& state) {
-  attnops::cli::ServingRowSpec row;
+  attnops::benchkit::ServingRowSpec row;
   row.seqs = state.range(0);
   // Only the index arrays matter here: a tiny head shape keeps the pools small.
   row.D = 1;

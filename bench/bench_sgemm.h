@@ -1,6 +1,6 @@
 // The GEMM yardsticks of the bench binaries, on all OpenMP threads: Eigen's n x n x n SGEMM in the
-// best ISA copy this CPU runs (cli/sgemm.h: a portable build measures the machine's SGEMM, not
-// SSE2's), and oneDNN's f32 and bf16 matmuls where libdnnl is installed (cli/onednn_gemm.h: the
+// best ISA copy this CPU runs (benchkit/sgemm.h: a portable build measures the machine's SGEMM, not
+// SSE2's), and oneDNN's f32 and bf16 matmuls where libdnnl is installed (benchkit/onednn_gemm.h: the
 // best GEMM of the machine, AMX tiles for bf16 on Xeons with them), so that attention rows can be
 // quoted as a ratio to a rate measured in the same run. Binaries that include this link
 // attnops_sgemm (bench/CMakeLists.txt).
@@ -14,8 +14,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/onednn_gemm.h"
-#include "cli/sgemm.h"
+#include "benchkit/onednn_gemm.h"
+#include "benchkit/sgemm.h"
 
 namespace attnops::bench {
 
@@ -31,7 +31,7 @@ inline void BM_Sgemm(benchmark::State& state) {
   for (std::size_t i = 0; i < elems; ++i) a[i] = u(rng), b[i] = u(rng);
   std::string isa;
   for (auto _ : state) {
-    cli::sgemm_best(a.data(), b.data(), c.data(), n, omp_get_max_threads(), &isa);
+    benchkit::sgemm_best(a.data(), b.data(), c.data(), n, omp_get_max_threads(), &isa);
     benchmark::DoNotOptimize(c.data());
     benchmark::ClobberMemory();
   }
@@ -47,7 +47,7 @@ inline void BM_Sgemm(benchmark::State& state) {
 inline void BM_OnednnMatmul(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   const DType dt = state.range(1) ? DType::bf16 : DType::f32;
-  cli::OnednnMatmul mm(n, dt, omp_get_max_threads());
+  benchkit::OnednnMatmul mm(n, dt, omp_get_max_threads());
   if (!mm.error().empty()) {
     state.SkipWithError(mm.error().c_str());
     return;

@@ -1,7 +1,7 @@
 // `attnops bench`: a sweep of operators x backends x shapes x dtypes x causal, timed on this
 // machine, with the GEMM ceilings measured in the same run (same threads): Eigen's SGEMM (its best
-// ISA copy for this CPU: cli/sgemm.h) and, where libdnnl is installed, oneDNN's f32 and bf16
-// matmuls with the implementation oneDNN chose (cli/onednn_gemm.h). Each row's vs_gemm is its
+// ISA copy for this CPU: benchkit/sgemm.h) and, where libdnnl is installed, oneDNN's f32 and bf16
+// matmuls with the implementation oneDNN chose (benchkit/onednn_gemm.h). Each row's vs_gemm is its
 // GFLOP/s over the best GEMM of the machine for its dtype (ceiling_for): f32 and f16 rows (the
 // FMA units) against the better f32 GEMM, bf16 rows against the best of all (on an AMX Xeon
 // oneDNN's bf16 matmul on the tiles; elsewhere oneDNN's bf16 can be slower than its f32).
@@ -41,22 +41,24 @@
 #include "attnops/attnops.h"
 #include "backends/common/block_map.h"
 #include "backends/common/block_map_impl.h"
-#include "cli/background_load.h"
-#include "cli/bench_serving.h"
-#include "cli/bench_spec.h"
+#include "benchkit/background_load.h"
+#include "benchkit/bench_serving.h"
+#include "benchkit/bench_spec.h"
+#include "benchkit/median_timer.h"
+#include "benchkit/onednn_gemm.h"
+#include "benchkit/plot.h"
+#include "benchkit/progress.h"
+#include "benchkit/sgemm.h"
 #include "cli/commands.h"
 #include "cli/decision_text.h"
 #include "cli/inputs.h"
-#include "cli/median_timer.h"
-#include "cli/onednn_gemm.h"
 #include "cli/output_set.h"
-#include "cli/plot.h"
-#include "cli/progress.h"
 #include "cli/settings.h"
-#include "cli/sgemm.h"
 #include "cli/verify.h"
 
 namespace attnops::cli {
+
+using namespace benchkit;  // the benchmark harness's specs, timers and yardsticks
 namespace {
 
 constexpr const char* kFlopsNote =
@@ -164,7 +166,7 @@ void run_row(Row& row, const Config& config, const CallSettings& threads, int re
     }
   };
   if (backward) call();
-  // Each sample is the mean of enough calls to last >= 20 ms (cli/median_timer.h).
+  // Each sample is the mean of enough calls to last >= 20 ms (benchkit/median_timer.h).
   constexpr int kSettleMs = 20;  // after the busy processes resume, before a loaded sample
   std::vector<double> quiet, loaded;
   if (background_load <= 0) {
@@ -428,7 +430,7 @@ int bench(const BenchArgs& a) {
   for (const auto& b : spec.backends)  // reject typos before any timing
     if (b != "gpu_resident") parse_backend_list(b);
   if (!a.shapes.empty()) spec.shapes = parse_bench_shapes(a.shapes);
-  // A file of serving rows only (no dense shapes) runs just those (cli/bench_serving.h).
+  // A file of serving rows only (no dense shapes) runs just those (benchkit/bench_serving.h).
   const bool serving_only = !spec.serving.empty() && spec.shapes.empty();
   if (spec.shapes.empty()) spec.shapes = {parse_bench_shape("1,8,512,64")};
   if (!a.dtypes.empty()) {

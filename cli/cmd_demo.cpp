@@ -1,6 +1,6 @@
 // `attnops demo`: every registered operator on generated inputs, for shapes chosen so that each
 // operator-level fallback happens once (decode, non_causal, seq_multiple), printing the decision,
-// the time (after a warm-up, the median of several calls: cli/median_timer.h) and the max error
+// the time (after a warm-up, the median of several calls: benchkit/median_timer.h) and the max error
 // against the fp64 oracle.
 #include <cstdio>
 #include <iostream>
@@ -9,14 +9,16 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "benchkit/median_timer.h"
 #include "cli/commands.h"
 #include "cli/decision_text.h"
 #include "cli/inputs.h"
-#include "cli/median_timer.h"
 #include "cli/settings.h"
 #include "cli/verify.h"
 
 namespace attnops::cli {
+
+using namespace benchkit;  // the benchmark harness's specs, timers and yardsticks
 namespace {
 
 struct DemoArgs {

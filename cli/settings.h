@@ -10,23 +10,17 @@
 #include "attnops/config.h"
 #include "attnops/decision.h"
 #include "attnops/dtype.h"
+#include "benchkit/parse.h"
 
 namespace attnops::cli {
 
-// --backend, --scale, --threads and --dtype are per-call settings (attnops::CallSettings), set
-// on each call's options: the operator stays as the config built it, and the decision's
-// "settings" shows them. A --backend list replaces every preference of the config for the call
-// and is tried even where the config disables a backend it names (the user asked for exactly it).
-template <class Options>
-void set_call_settings(Options& o, const CallSettings& s) {
-  if (s.softmax_scale) o.softmax_scale = s.softmax_scale;
-  if (s.runtime_dtype) o.runtime_dtype = s.runtime_dtype;
-  if (s.num_threads) o.num_threads = s.num_threads;
-  if (s.backends) o.backends = s.backends;
-}
-
-// "auto" -> {} ; "cpu" -> {cpu}; "gpu,cpu" -> {gpu, cpu}. Error(invalid_argument) otherwise.
-std::vector<Backend> parse_backend_list(std::string_view text);
+// --backend, --scale, --threads and --dtype are per-call settings, set on each call's options
+// (benchkit/parse.h, shared with the bench specs, as is the text of the flags' values).
+using benchkit::parse_backend_list;
+using benchkit::parse_integer;
+using benchkit::parse_number;
+using benchkit::set_call_settings;
+using benchkit::split;
 
 // The config at `path`, or the built-in defaults when `path` is empty.
 Config load_optional_config(const std::string& path);
@@ -36,12 +30,5 @@ Config load_optional_config(const std::string& path);
 // outrank the top-level value, so --backend also clears it (and re-enables the named backends if
 // the file disabled them).
 void apply_to_config(Config& config, const CallSettings& s);
-
-// Splits "a,b,c" on `sep`, trimming blanks; empty pieces are kept (callers reject them).
-std::vector<std::string> split(std::string_view text, char sep);
-
-// Parses a whole string as an integer / a double, or throws Error(invalid_argument) naming `what`.
-long long parse_integer(std::string_view text, const std::string& what);
-double parse_number(std::string_view text, const std::string& what);
 
 }  // namespace attnops::cli

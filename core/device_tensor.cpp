@@ -1,8 +1,11 @@
-// DeviceTensor's shape, stride and view logic and its host copies; the storage (and zeros /
-// from_host, which create storage) come from the GPU backend.
+// DeviceTensor's shape, stride and view logic, its host copies, and zeros / from_host over the
+// storage the GPU backend's registered allocator gives (core/device_memory.h).
 #include "attnops/device_tensor.h"
 
+#include <atomic>
+
 #include "attnops/error.h"
+#include "core/device_memory.h"
 
 namespace attnops {
 
@@ -38,7 +41,37 @@ void for_each_run(const TensorView& v, std::int64_t base, Fn&& fn) {
   }
 }
 
+// Constant-initialised: a backend may register from its static initialisers, in any order.
+std::atomic<detail::DeviceAllocator> g_allocator{nullptr};
+
+std::shared_ptr<DeviceStorage> allocate(std::size_t bytes, bool zeroed, const GpuSettings& gpu) {
+  const detail::DeviceAllocator fn = g_allocator.load(std::memory_order_acquire);
+  if (fn == nullptr)
+    throw Error(ErrorCode::backend_unavailable, "device tensors: no GPU backend is linked into this program");
+  return fn(bytes, zeroed, gpu);
+}
+
 }  // namespace
+
+bool detail::register_device_allocator(DeviceAllocator allocate) {
+  g_allocator.store(allocate, std::memory_order_release);
+  return true;
+}
+
+DeviceTensor DeviceTensor::zeros(DType dtype, std::vector<std::int64_t> shape, const GpuSettings& gpu) {
+  const TensorView shape_check(nullptr, dtype, shape);  // validates the shape before any allocation
+  const auto bytes = static_cast<std::size_t>(shape_check.numel()) * dtype_size(dtype);
+  return DeviceTensor(allocate(bytes, true, gpu), dtype, shape);
+}
+
+DeviceTensor DeviceTensor::from_host(const TensorView& host, const GpuSettings& gpu) {
+  if (host.on_device())
+    throw Error(ErrorCode::invalid_argument, "DeviceTensor::from_host: the source is on the device");
+  const auto bytes = static_cast<std::size_t>(host.numel()) * dtype_size(host.dtype());
+  DeviceTensor t(allocate(bytes, false, gpu), host.dtype(), host.shape());
+  t.copy_from(host);
+  return t;
+}
 
 DeviceTensor::DeviceTensor(std::shared_ptr<DeviceStorage> storage, DType dtype,
                            const std::vector<std::int64_t>& shape)

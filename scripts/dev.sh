@@ -184,7 +184,7 @@ case "${1:-help}" in
     ;;
   bench)
     # libdnnl-dev: oneDNN's matmuls as the benchmarks' GEMM ceiling (opened at run time, and only
-    # by the benchmarks: cli/onednn_gemm.h); its headers must be there when the build configures.
+    # by the benchmarks: benchkit/onednn_gemm.h); its headers must be there when the build configures.
     install_packages python3-torch libdnnl-dev
     build
     "$build/bench/bench_attention" --benchmark_counters_tabular=true

@@ -87,7 +87,7 @@ if(NOT ATTNOPS_CPU_TIER_SET MATCHES "^(all|host)$")
 endif()
 if(CMAKE_SYSTEM_PROCESSOR MATCHES "^(x86_64|AMD64|amd64)$")
   set(ATTNOPS_CPU_X86 ON CACHE INTERNAL "x86-64 build: the ISA tiers above baseline exist")
-  target_compile_definitions(attnops PRIVATE ATTNOPS_CPU_X86_TIERS)
+  target_compile_definitions(attnops_backends PRIVATE ATTNOPS_CPU_X86_TIERS)
   set(_attnops_tiers ${ATTNOPS_CPU_TIERS})
   # ATTNOPS_CPU_HOST_FLAGS stands in for /proc/cpuinfo's flags (to build another machine's set).
   set(ATTNOPS_CPU_HOST_FLAGS "" CACHE STRING "CPU flags for ATTNOPS_CPU_TIER_SET=host (default: /proc/cpuinfo)")
@@ -129,11 +129,11 @@ foreach(tier ${ATTNOPS_CPU_BUILD_TIERS})
   math(EXPR _attnops_mask "${_attnops_mask} | (1 << ${ATTNOPS_CPU_TIER_LEVEL_${tier}})")
 endforeach()
 set(ATTNOPS_CPU_BUILT_TIERS_MASK ${_attnops_mask} CACHE INTERNAL "bit i: the tier of level i is built")
-target_compile_definitions(attnops PRIVATE ATTNOPS_CPU_BUILT_TIERS=${ATTNOPS_CPU_BUILT_TIERS_MASK})
+target_compile_definitions(attnops_backends PRIVATE ATTNOPS_CPU_BUILT_TIERS=${ATTNOPS_CPU_BUILT_TIERS_MASK})
 # Lowest tier first on the link line, after the baseline code: should a link-once symbol still
 # be shared by several objects, the copy kept is the first one seen, the most portable
 # (tests/tiers/check_tier_symbols.cmake checks that no such symbol exists).
 foreach(tier ${ATTNOPS_CPU_BUILD_TIERS})
   attnops_add_cpu_tier(attnops_cpu_${tier} ${tier})
-  target_sources(attnops PRIVATE $<TARGET_OBJECTS:attnops_cpu_${tier}>)
+  attnops_layer_objects(backends attnops_cpu_${tier})
 endforeach()

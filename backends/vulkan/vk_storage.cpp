@@ -1,11 +1,12 @@
-// Device tensors on Vulkan: storage, reads and writes (one submission each), and the factories
-// DeviceTensor::zeros / from_host.
+// Device tensors on Vulkan: storage, reads and writes (one submission each), and the allocator
+// behind DeviceTensor::zeros / from_host, registered with core.
 #include "backends/vulkan/vk_storage.h"
 
 #include <cstring>
 
 #include "backends/vulkan/vk_batch.h"
 #include "backends/vulkan/vk_runtime.h"
+#include "core/device_memory.h"
 
 namespace attnops::vulkan::rt {
 
@@ -95,42 +96,31 @@ const VulkanStorage& storage_of(const TensorView& t, const Device& dev, const ch
 
 }  // namespace attnops::vulkan::rt
 
-namespace attnops {
+namespace attnops::vulkan::rt {
 
-DeviceTensor DeviceTensor::zeros(DType dtype, std::vector<std::int64_t> shape, const GpuSettings& gpu) {
-  const TensorView shape_check(nullptr, dtype, shape);
-  const auto bytes = static_cast<std::size_t>(shape_check.numel()) * dtype_size(dtype);
-  const std::shared_ptr<vulkan::rt::Device> dev = vulkan::rt::device(gpu);
-  std::shared_ptr<vulkan::rt::VulkanStorage> storage;
-  {
-    std::lock_guard<std::mutex> lock(dev->mutex());
-    storage = vulkan::rt::new_storage(dev, bytes);
-    const vulkan::rt::Slice& s = storage->slice();
+namespace {
+
+// DeviceTensor's allocator (core/device_memory.h): a slice of the selected device's memory.
+std::shared_ptr<DeviceStorage> allocate_storage(std::size_t bytes, bool zeroed, const GpuSettings& gpu) {
+  const std::shared_ptr<Device> dev = device(gpu);
+  std::lock_guard<std::mutex> lock(dev->mutex());
+  std::shared_ptr<VulkanStorage> storage = new_storage(dev, bytes);
+  if (zeroed) {
+    const Slice& s = storage->slice();
     if (dev->direct_access() && s.mapped != nullptr) {
       std::memset(s.mapped, 0, s.size);
       dev->memory().flush(s, 0, s.size);
     } else {
-      vulkan::rt::Batch batch(*dev, false);
+      Batch batch(*dev, false);
       batch.zero(s, 0, s.size);
       batch.submit();
     }
   }
-  return DeviceTensor(storage, dtype, shape);
+  return storage;
 }
 
-DeviceTensor DeviceTensor::from_host(const TensorView& host, const GpuSettings& gpu) {
-  if (host.on_device())
-    throw Error(ErrorCode::invalid_argument, "DeviceTensor::from_host: the source is on the device");
-  const auto bytes = static_cast<std::size_t>(host.numel()) * dtype_size(host.dtype());
-  const std::shared_ptr<vulkan::rt::Device> dev = vulkan::rt::device(gpu);
-  std::shared_ptr<vulkan::rt::VulkanStorage> storage;
-  {
-    std::lock_guard<std::mutex> lock(dev->mutex());
-    storage = vulkan::rt::new_storage(dev, bytes);
-  }
-  DeviceTensor t(storage, host.dtype(), host.shape());
-  t.copy_from(host);
-  return t;
-}
+[[maybe_unused]] const bool registered = detail::register_device_allocator(&allocate_storage);
 
-}  // namespace attnops
+}  // namespace
+
+}  // namespace attnops::vulkan::rt

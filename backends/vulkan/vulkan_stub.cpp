@@ -5,6 +5,7 @@
 #include "backends/vulkan/vulkan_backend.h"
 #include "backends/vulkan/vulkan_debug.h"
 #include "backends/vulkan/vulkan_sgemm.h"
+#include "core/device_memory.h"
 
 namespace attnops::vulkan {
 
@@ -100,11 +101,11 @@ void plant_mistake(Mistake, const GpuSettings&) {
 
 }  // namespace attnops::vulkan
 
-namespace attnops {
-DeviceTensor DeviceTensor::zeros(DType, std::vector<std::int64_t>, const GpuSettings&) {
-  throw Error(ErrorCode::backend_unavailable, vulkan::kWhy);
+namespace attnops::vulkan {
+namespace {
+std::shared_ptr<DeviceStorage> no_storage(std::size_t, bool, const GpuSettings&) {
+  throw Error(ErrorCode::backend_unavailable, kWhy);
 }
-DeviceTensor DeviceTensor::from_host(const TensorView&, const GpuSettings&) {
-  throw Error(ErrorCode::backend_unavailable, vulkan::kWhy);
-}
-}  // namespace attnops
+[[maybe_unused]] const bool registered = detail::register_device_allocator(&no_storage);
+}  // namespace
+}  // namespace attnops::vulkan

@@ -32,12 +32,14 @@
 #include "attnops/attnops.h"
 #include "attnops/dist/cost_model.h"
 #include "attnops/dist/sequence_parallel.h"
-#include "cli/bench_spec.h"
+#include "benchkit/bench_spec.h"
 #include "cli/dist/dist_commands.h"
 #include "cli/inputs.h"
 #include "cli/settings.h"
 
 namespace attnops::cli {
+
+using namespace benchkit;  // the benchmark harness's specs, timers and yardsticks
 namespace {
 
 using Clock = std::chrono::steady_clock;

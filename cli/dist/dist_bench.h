@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "attnops/dtype.h"
-#include "cli/bench_spec.h"
+#include "benchkit/bench_spec.h"
 
 namespace attnops::cli {
 
@@ -35,7 +35,7 @@ inline constexpr int kMaxModelSteps = 64;
 
 struct DistRow {
   std::string op, layout;
-  BenchShape shape;
+  benchkit::BenchShape shape;
   DType dtype = DType::f32;
   std::int64_t T = 0;
   Timing dist, base;  // P ranks; one process with P threads

@@ -22,7 +22,7 @@ double visible_pairs(std::int64_t T, bool causal) {
 }
 
 double forward_flops(const DistRow& row, bool causal) {
-  const BenchShape& s = row.shape;
+  const benchkit::BenchShape& s = row.shape;
   return visible_pairs(row.T, causal) * static_cast<double>(s.B * s.Hq) * 2.0 * static_cast<double>(2 * s.D);
 }
 

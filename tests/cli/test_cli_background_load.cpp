@@ -1,4 +1,4 @@
-// `attnops bench --background-load N` (cli/background_load.h): it runs, reports the loaded median
+// `attnops bench --background-load N` (benchkit/background_load.h): it runs, reports the loaded median
 // beside the quiet one in the table, the CSV and the JSON, and leaves no busy process behind,
 // whether it ends normally or is killed by a signal. No timing is asserted (a loaded figure is
 // whatever the machine gives).
@@ -16,10 +16,12 @@
 #include <string>
 #include <thread>
 
-#include "cli/background_load.h"
+#include "benchkit/background_load.h"
 #include "tests/cli/cli_runner.h"
 
 namespace attnops::cli {
+
+using namespace benchkit;  // the benchmark harness's specs, timers and yardsticks
 namespace {
 
 using ::testing::HasSubstr;

@@ -14,10 +14,12 @@
 #include <vector>
 
 #include "attnops/error.h"
-#include "cli/plot.h"
+#include "benchkit/plot.h"
 #include "tests/cli/cli_runner.h"
 
 namespace attnops::cli {
+
+using namespace benchkit;  // the benchmark harness's specs, timers and yardsticks
 namespace {
 
 using testing::CliOptions;

@@ -12,14 +12,16 @@
 #include <string>
 
 #include "attnops/attnops.h"
-#include "cli/bench_spec.h"
-#include "cli/median_timer.h"
-#include "cli/plot.h"
-#include "cli/progress.h"
+#include "benchkit/bench_spec.h"
+#include "benchkit/median_timer.h"
+#include "benchkit/plot.h"
+#include "benchkit/progress.h"
 #include "cli/settings.h"
 #include "tests/cli/cli_runner.h"
 
 namespace attnops::cli {
+
+using namespace benchkit;  // the benchmark harness's specs, timers and yardsticks
 namespace {
 
 using testing::CliResult;

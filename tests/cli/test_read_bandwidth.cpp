@@ -1,4 +1,4 @@
-// The serving rows' read-bandwidth yardstick (cli/read_bandwidth.h): what it counts and how it
+// The serving rows' read-bandwidth yardstick (benchkit/read_bandwidth.h): what it counts and how it
 // sizes its buffer. No timing is asserted: the rate is the machine's.
 #include <gtest/gtest.h>
 
@@ -8,10 +8,12 @@
 #include <string>
 #include <vector>
 
-#include "cli/read_bandwidth.h"
+#include "benchkit/read_bandwidth.h"
 #include "tests/cli/cli_runner.h"
 
 namespace attnops::cli {
+
+using namespace benchkit;  // the benchmark harness's specs, timers and yardsticks
 namespace {
 
 constexpr std::uint64_t kMiB = std::uint64_t{1} << 20;

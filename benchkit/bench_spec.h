@@ -9,7 +9,7 @@
 //   passes: [forward, backward]                 # forward | backward | both (default forward)
 //   repeats: 3                                  # timed runs per row (the median is reported)
 //   sgemm: 1024                                 # size n of the n x n x n Eigen SGEMM row; 0 = none
-//   serving: [...]                              # paged serving rows (cli/bench_serving_spec.h)
+//   serving: [...]                              # paged serving rows (bench_serving_spec.h)
 //   read_bandwidth_mib: 1024                    # buffer the serving rows' read-bandwidth loop reads
 //                                               # (default: max(256 MiB, 4 x the last-level cache))
 #pragma once
@@ -21,9 +21,9 @@
 
 #include "attnops/decision.h"
 #include "attnops/dtype.h"
-#include "cli/bench_serving_spec.h"
+#include "benchkit/bench_serving_spec.h"
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 struct BenchShape {
   std::int64_t B = 1, Hq = 8, Hkv = 8, Tq = 512, Tk = 512, D = 64;
@@ -39,8 +39,8 @@ struct BenchSpec {
   std::vector<Pass> passes{Pass::forward};
   int repeats = 3;
   int sgemm = 1024;
-  std::vector<ServingRowSpec> serving;  // ragged batches over a paged cache (cli/bench_serving.h)
-  int read_bandwidth_mib = 0;           // the serving rows' yardstick's buffer (cli/read_bandwidth.h);
+  std::vector<ServingRowSpec> serving;  // ragged batches over a paged cache (bench_serving.h)
+  int read_bandwidth_mib = 0;           // the serving rows' yardstick's buffer (read_bandwidth.h);
                                         // 0: sized from the last-level cache
 };
 
@@ -83,4 +83,4 @@ BenchSpec load_bench_file(const std::string& path);
 // it in messages.
 BenchSpec parse_bench_text(std::string_view yaml_text, const std::string& source);
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

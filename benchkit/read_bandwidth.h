@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 struct ReadBandwidth {
   double gbps = 0;                 // the best pass: bytes read / wall time
@@ -41,4 +41,4 @@ std::uint64_t available_memory_bytes();
 // the elements, each read exactly once. Exposed for the tests.
 double read_pass(const float* x, std::int64_t n, int threads);
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

@@ -17,7 +17,7 @@
 
 #include <vector>
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 class BackgroundLoad {
  public:
@@ -38,4 +38,4 @@ class BackgroundLoad {
   std::vector<pid_t> children_;
 };
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

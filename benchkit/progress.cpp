@@ -1,10 +1,10 @@
-#include "cli/progress.h"
+#include "benchkit/progress.h"
 
 #include <unistd.h>
 
 #include <algorithm>
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 ProgressBar::ProgressBar(std::size_t total, bool enabled, std::FILE* out)
     : total_(total), enabled_(enabled), out_(out) {}
@@ -54,4 +54,4 @@ void ProgressBar::finish() {
   open_ = false;
 }
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

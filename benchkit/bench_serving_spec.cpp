@@ -1,4 +1,4 @@
-#include "cli/bench_serving_spec.h"
+#include "benchkit/bench_serving_spec.h"
 
 #include <yaml-cpp/yaml.h>
 
@@ -7,7 +7,7 @@
 #include "attnops/error.h"
 #include "core/printable.h"
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 namespace {
 
@@ -144,4 +144,4 @@ std::vector<ServingRowSpec> parse_serving_rows(const YAML::Node& list, const std
   return rows;
 }
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

@@ -1,4 +1,4 @@
-#include "cli/bench_spec.h"
+#include "benchkit/bench_spec.h"
 
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -10,10 +10,10 @@
 #include "attnops/config.h"
 #include "attnops/decision.h"
 #include "attnops/error.h"
-#include "cli/settings.h"
+#include "benchkit/parse.h"
 #include "core/printable.h"
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 std::string BenchShape::label() const {
   // Appends piece by piece: GCC 12 warns (-Wrestrict, a false positive) on "literal" + string.
@@ -305,4 +305,4 @@ BenchSpec parse_bench_text(std::string_view yaml_text, const std::string& source
   return bench_spec_from(root, source);
 }
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

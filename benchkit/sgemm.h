@@ -6,7 +6,7 @@
 
 #include <string>
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 struct SgemmResult {
   int n = 0;
@@ -22,4 +22,4 @@ SgemmResult measure_sgemm(int n, int repeats, int threads);
 // C = A * B (n x n, column-major) with the copy measure_sgemm uses; `isa` receives its name.
 void sgemm_best(const float* a, const float* b, float* c, int n, int threads, std::string* isa = nullptr);
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

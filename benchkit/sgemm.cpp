@@ -1,4 +1,4 @@
-#include "cli/sgemm.h"
+#include "benchkit/sgemm.h"
 
 #include <algorithm>
 #include <chrono>
@@ -7,9 +7,9 @@
 
 #include "attnops/attnops.h"
 #include "backends/common/threads.h"
-#include "cli/sgemm_isa.h"
+#include "benchkit/sgemm_isa.h"
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 namespace {
 
@@ -73,4 +73,4 @@ SgemmResult measure_sgemm(int n, int repeats, int threads) {
   return r;
 }
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

@@ -1,6 +1,6 @@
-// Call timing for the CLI. The demo's (median_call_time): one untimed warm-up call (thread pool,
-// block maps, pipelines), then the median of several timed calls. A single timed call on a machine with
-// anything else running shows the scheduler's time slices (a 0.08 ms decode measured as 16 ms
+// Call timing for the benchmarks and the demo. The demo's (median_call_time): one untimed warm-up call
+// (thread pool, block maps, pipelines), then the median of several timed calls. A single timed call on a
+// machine with anything else running shows the scheduler's time slices (a 0.08 ms decode measured as 16 ms
 // when a worker thread waits for a descheduled one); the median of several calls does not.
 #pragma once
 
@@ -8,7 +8,7 @@
 #include <chrono>
 #include <vector>
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 struct CallTimes {
   double median_ms = 0;
@@ -57,4 +57,4 @@ inline double median_of(std::vector<double> ms) {
   return ms[ms.size() / 2];
 }
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 struct PlotSeries {
   std::string name;            // legend, e.g. "blocksparse/cpu causal"
@@ -41,4 +41,4 @@ std::string gnuplot_script(const PlotSpec& spec, const std::string& path);
 // nothing.
 void write_plot(const PlotSpec& spec, const std::string& path, int fd);
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

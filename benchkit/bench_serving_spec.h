@@ -1,5 +1,5 @@
 // Serving rows of a bench file (`serving:`), each one ragged batch over a paged KV cache timed
-// through the ragged_paged operator (cli/bench_serving.h). Schema of one row (keys optional):
+// through the ragged_paged operator (bench_serving.h). Schema of one row (keys optional):
 //
 //   serving:
 //     - label: decode64            # shown in the table
@@ -33,7 +33,7 @@ namespace YAML {
 class Node;
 }
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 struct ServingRowSpec {
   std::string label = "serving";
@@ -56,4 +56,4 @@ struct ServingRowSpec {
 // wrong value (throws YAML exceptions for wrong types; bench_spec.cpp turns them into config_error).
 std::vector<ServingRowSpec> parse_serving_rows(const YAML::Node& list, const std::string& file);
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

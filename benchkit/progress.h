@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 class ProgressBar {
  public:
@@ -35,4 +35,4 @@ class ProgressBar {
   std::size_t last_len_ = 0;
 };
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

@@ -1,4 +1,4 @@
-#include "cli/read_bandwidth.h"
+#include "benchkit/read_bandwidth.h"
 
 #include <omp.h>
 
@@ -18,7 +18,7 @@
 #include "attnops/error.h"
 #include "backends/common/threads.h"
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 namespace {
 
@@ -205,4 +205,4 @@ ReadBandwidth measure_read_bandwidth(int threads, int passes, int mib) {
   return r;
 }
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

@@ -1,4 +1,4 @@
-#include "cli/bench_serving.h"
+#include "benchkit/bench_serving.h"
 
 #include <omp.h>
 
@@ -12,13 +12,13 @@
 #include <vector>
 
 #include "attnops/attnops.h"
-#include "cli/median_timer.h"
-#include "cli/progress.h"
-#include "cli/read_bandwidth.h"
-#include "cli/settings.h"
+#include "benchkit/median_timer.h"
+#include "benchkit/parse.h"
+#include "benchkit/progress.h"
+#include "benchkit/read_bandwidth.h"
 #include "core/printable.h"
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 namespace {
 
@@ -431,4 +431,4 @@ std::string run_serving_bench(const BenchSpec& spec, const Config& config, int t
   return j.dump(2) + "\n";
 }
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

@@ -1,4 +1,4 @@
-#include "cli/onednn_gemm.h"
+#include "benchkit/onednn_gemm.h"
 
 #include <omp.h>
 
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "backends/common/threads.h"
-#include "cli/median_timer.h"
+#include "benchkit/median_timer.h"
 
 // A sanitizer build never loads oneDNN: the library is not instrumented (its timings would mean
 // nothing there) and LeakSanitizer's exit-time tracer crashes on the thread-local state of its
@@ -30,7 +30,7 @@
 #include <oneapi/dnnl/dnnl.h>
 #endif
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 #if !defined(ATTNOPS_USE_ONEDNN)
 
@@ -288,4 +288,4 @@ GemmCeiling measure_onednn_matmul(int n, DType dtype, int repeats, int threads) 
 
 #endif
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

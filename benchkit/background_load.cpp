@@ -1,4 +1,4 @@
-#include "cli/background_load.h"
+#include "benchkit/background_load.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -14,7 +14,7 @@
 
 #include "attnops/error.h"
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 namespace {
 
 // The child: only async-signal-safe calls after fork() (the parent may have threads). It becomes
@@ -80,4 +80,4 @@ void BackgroundLoad::stop() noexcept {
   children_.clear();
 }
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

@@ -1,6 +1,6 @@
 // `attnops bench` serving rows: a ragged batch over a paged KV cache per row (bench file key
-// `serving`, cli/bench_serving_spec.h), timed through the ragged_paged operator, against a
-// read-bandwidth loop measured in the same run (cli/read_bandwidth.h).
+// `serving`, bench_serving_spec.h), timed through the ragged_paged operator, against a
+// read-bandwidth loop measured in the same run (read_bandwidth.h).
 //
 // Each row: the batch (sequences, query tokens N, keys), the cache's dtype and whether shared
 // prefixes were on, the backend and kernel that ran, the median time per call (each sample the
@@ -20,9 +20,9 @@
 
 #include "attnops/config.h"
 #include "attnops/paged.h"
-#include "cli/bench_spec.h"
+#include "benchkit/bench_spec.h"
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 // One serving batch (deterministic for a seed): kv_len per sequence drawn from [kv_min, kv_max]
 // (after the row's shared prefix, whose pages every sequence's table starts with), the first
@@ -47,4 +47,4 @@ ServingBatch make_serving_batch(const ServingRowSpec& row, std::int64_t page_siz
 std::string run_serving_bench(const BenchSpec& spec, const Config& config, int threads, std::ostream& out,
                               bool want_json, bool progress);
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

@@ -14,7 +14,7 @@
 
 #include "attnops/dtype.h"
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 struct GemmCeiling {
   std::string name;  // "onednn_f32", "onednn_bf16"
@@ -59,4 +59,4 @@ GemmCeiling measure_onednn_matmul(int n, DType dtype, int repeats, int threads);
 // "oneDNN 2.6.3 (libdnnl.so.2)" or why it cannot be used.
 std::string onednn_version();
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

@@ -1,4 +1,4 @@
-#include "cli/plot.h"
+#include "benchkit/plot.h"
 
 #include <fcntl.h>
 #include <spawn.h>
@@ -13,7 +13,7 @@
 
 #include "attnops/error.h"
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -142,4 +142,4 @@ void write_plot(const PlotSpec& spec, const std::string& path, int fd) {
   if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0) fail(path, "gnuplot wrote nothing");
 }
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

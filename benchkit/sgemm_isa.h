@@ -1,8 +1,8 @@
-// The per-ISA copies of the SGEMM yardstick (cli/sgemm_isa.cpp): C = A * B for n x n
+// The per-ISA copies of the SGEMM yardstick (sgemm_isa.cpp): C = A * B for n x n
 // column-major float matrices, on `threads` OpenMP threads (0 = Eigen's default).
 #pragma once
 
-namespace attnops::cli {
+namespace attnops::benchkit {
 
 #define ATTNOPS_DECLARE_SGEMM(ns)                                           \
   namespace ns {                                                            \
@@ -13,4 +13,4 @@ ATTNOPS_DECLARE_SGEMM(sgemm_avx2)
 ATTNOPS_DECLARE_SGEMM(sgemm_avx512)
 #undef ATTNOPS_DECLARE_SGEMM
 
-}  // namespace attnops::cli
+}  // namespace attnops::benchkit

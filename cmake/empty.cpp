@@ -1,0 +1,1 @@
+// An empty source: a target made of other targets' objects needs one (cmake/layers.cmake).
