@@ -62,11 +62,13 @@ Tolerance base_tolerance(DType t) {
   }
 }
 
-Tolerance problem_tolerance(const AttentionProblem& p) {
-  Tolerance t = base_tolerance(p.dtype);
-  const RowStats q = row_stats(p.q), k = row_stats(p.k), v = row_stats(p.v);
+namespace {
+
+// A bound on |logit| (Cauchy-Schwarz over q and k rows, the soft cap, the bias).
+// `capped`: after the soft cap (the logits' size); else before it (what an error in q . k scales with).
+double logit_bound(const AttentionProblem& p, const RowStats& q, const RowStats& k, bool capped = true) {
   double L = std::abs(p.scale) * q.max_norm * k.max_norm;
-  if (p.soft_cap) L = std::min(L, *p.soft_cap);
+  if (p.soft_cap && capped) L = std::min(L, *p.soft_cap);
   if (p.bias != nullptr) {
     double bmax = 0;
     for (i64 b = 0; b < (p.bias_stride_b ? p.B : 1); ++b)
@@ -78,6 +80,26 @@ Tolerance problem_tolerance(const AttentionProblem& p) {
         }
     L += bmax;
   }
+  return L;
+}
+
+}  // namespace
+
+Tolerance rounded_kv_tolerance(const AttentionProblem& p, DType dtype) {
+  const double u = dtype == DType::f16 ? 0x1p-11 : dtype == DType::bf16 ? 0x1p-8 : 0;
+  if (u == 0) return {};
+  const RowStats q = row_stats(p.q), k = row_stats(p.k), v = row_stats(p.v);
+  // The rounding moves q . k before the soft cap, which then shrinks the move (tanh' <= 1) but
+  // never past 2 cap.
+  double d = u * logit_bound(p, q, k, false);
+  if (p.soft_cap) d = std::min(d, 2 * *p.soft_cap);
+  return {(std::expm1(2 * d) + u) * std::max(1.0, v.max_abs), d, 0};
+}
+
+Tolerance problem_tolerance(const AttentionProblem& p, std::optional<DType> out_dtype) {
+  Tolerance t = base_tolerance(out_dtype.value_or(p.dtype));
+  const RowStats q = row_stats(p.q), k = row_stats(p.k), v = row_stats(p.v);
+  const double L = logit_bound(p, q, k);
   // Forward: the dtype's own tolerance (its rounding of out, and of P on the bf16 paths) plus the
   // fp32 logits' rounding error, which grows with the logits whatever the storage dtype.
   // Backward: the residuals out and dout are stored in the dtype, and D = dout . out carries their

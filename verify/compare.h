@@ -29,8 +29,17 @@ struct Tolerance {
 // The tests' tolerances: f32 out 2e-5 lse 1e-4 grad 4e-5; f16 2e-3, 1e-3, 4e-3; bf16 1.6e-2, 1e-3, 2.5e-2.
 Tolerance base_tolerance(DType t);
 
-// The tolerance for one problem (see above); `vmax` = max |v| over finite elements.
-Tolerance problem_tolerance(const AttentionProblem& p);
+// The tolerance for one problem (see above); `vmax` = max |v| over finite elements. `out_dtype`:
+// the dtype whose tolerance applies when it is not p.dtype (an 8-bit cache's oracle problem is
+// f32, its call runs in q's dtype).
+Tolerance problem_tolerance(const AttentionProblem& p, std::optional<DType> out_dtype = std::nullopt);
+
+// What a kernel adds when it rounds K and V to `dtype` before attending (an 8-bit cache's values
+// code x scale, rounded to q's 16-bit dtype for the tiled kernel): with u the dtype's unit
+// roundoff, each logit moves by at most d = u L (L before the soft cap; at most 2 cap), so each
+// weight by a factor within e^(2 d), and each value by u |v|: out by (e^(2 d) - 1 + u) max(1,
+// max |v|), lse by d. Zero for f32.
+Tolerance rounded_kv_tolerance(const AttentionProblem& p, DType dtype);
 
 struct Mismatch {
   std::string what;  // "out", "lse", "dq", ..., or "decision", "error", "determinism", ...

@@ -52,6 +52,15 @@ const std::vector<Edge>& edge_table() {
       {"page 16", 16, kPage, "vLLM's and the README's page size"},
       {"page ahead", 2, kPage, "backends/cpu/paged_stream.cpp kPageAhead"},
       {"split 32", 32, kSplit, "one paged_stream block per split"},
+      // 8-bit caches (an axis of their own: the other draws stay as they were).
+      {"8-bit codes per vector", 16, kKv8,
+       "backends/cpu/paged_simd.h i8x16 / fp8x16 (a partial vector through bytes16)"},
+      {"8-bit dot chains", 32, kKv8, "backends/cpu/paged_simd.h kDotChains x 16 codes"},
+      {"fp8 NaN scan", 32, kKv8, "backends/cpu/paged_simd.h fp8_has_nan: 32 bytes a step, then bytes"},
+      {"8-bit key block", 32, kKv8, "backends/cpu/paged_stream.cpp kBlock (one scale load per block)"},
+      {"vk 8-bit word", 4, kKv8,
+       "backends/vulkan/shaders/paged_io.glsl: 8-bit codes read four to a uint word"},
+      {"vk 8-bit load", 8, kKv8, "backends/vulkan/vk_paged.cpp: 8-byte loads of 8-bit pools"},
   };
   return table;
 }

@@ -23,6 +23,7 @@ enum Axis : unsigned {
   kBlock = 1u << 3,    // blocksize_q / blocksize_k of the tiled operators
   kPage = 1u << 4,     // page_size of a paged cache
   kSplit = 1u << 5,    // kv_split_tokens of a paged call
+  kKv8 = 1u << 6,      // D, Dv and a decode's kv_len over an 8-bit cache
 };
 
 struct Edge {

@@ -167,6 +167,13 @@ std::string save_paged_case(const PagedSpec& s, const Target& t, const std::stri
   if (s.soft_cap) cmd += " --soft-cap " + num(*s.soft_cap);
   if (s.scale) cmd += " --scale " + num(*s.scale);
   if (in.sinks) save_tensor(save, path("sinks.npy"), *in.sinks), cmd += " --sinks " + path("sinks.npy");
+  if (s.kv8) {  // the codes (int8 '|i1', e4m3 bit patterns '|u1') and their f32 scales
+    save_tensor(save, path("k_scales.npy"), in.pools[2].view);
+    save_tensor(save, path("v_scales.npy"), in.pools[3].view);
+    cmd += " --kv-dtype " + std::string(dtype_name(*s.kv8)) + " --k-scales " + path("k_scales.npy") +
+           " --v-scales " + path("v_scales.npy");
+  }
+  if (!s.share_prefixes) cmd += " --no-share-prefixes";
   return cmd;
 }
 

@@ -58,6 +58,8 @@ enum Stream : std::uint64_t {
   kStreamPagedValues = 4,
   kStreamDist = 5,
   kStreamSchedule = 6,
+  kStreamPagedKv8 = 7,
+  kStreamPagedKv8Values = 8,
 };
 
 }  // namespace attnops::verify

@@ -1,14 +1,20 @@
 // Tests of the differential fuzzer itself (verify/): the generator reaches the kernels' edge
 // sizes, a case is reproduced bit for bit from SEED:CASE, a wrong result from an operator is
 // reported (with its replay command) and replays, and the shrinker returns a smaller failing case.
+// Paged: 8-bit caches of both dtypes and scale kinds and plans with and without shared prefixes
+// are drawn, their codes and scales are what the cache holds, and a kernel that mis-scales one
+// token of an 8-bit cache is reported.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "attnops/attnops.h"
+#include "attnops/paged_problem.h"
 #include "verify/dense_problem.h"
 #include "verify/edges.h"
 #include "verify/fuzz.h"
@@ -25,8 +31,8 @@ TEST(VerifyEdges, EveryEdgeAndItsNeighboursIsDrawnOften) {
   // over the range would give them (about 20000 / (e ln 4096) times in 20000 draws: 37 for e = 64),
   // and most draws sit on an edge or next to one.
   const ShapeContext ctx{};
-  for (unsigned axis : {kSeqQ, kSeqK, kHeadDim, kBlock, kPage, kSplit}) {
-    const std::int64_t hi = axis == kHeadDim ? 256 : 4096;
+  for (unsigned axis : {kSeqQ, kSeqK, kHeadDim, kBlock, kPage, kSplit, kKv8}) {
+    std::int64_t hi = axis == kHeadDim || axis == kKv8 ? 256 : 4096;
     Rng rng(1234 + axis);
     std::map<std::int64_t, int> seen;
     const int n = 20000;
@@ -190,6 +196,227 @@ TEST(VerifyFuzz, AWrongResultIsReportedWithItsReplayLineAndReplays) {
   ASSERT_FALSE(again.failures.empty());
   EXPECT_EQ(again.failures.front().finding.mismatch.where, f.finding.mismatch.where);
   EXPECT_EQ(again.failures.front().finding.problem, f.finding.problem);
+}
+
+// ---- paged: 8-bit caches and shared prefixes -------------------------------------------------------
+
+TEST(VerifyPaged, EightBitCachesAndSharingAreDrawnBothWays) {
+  // Over many cases: both 8-bit dtypes with both scale kinds (a third of the caches), scale edges,
+  // e4m3 NaN codes, plans with share_prefixes on and off, cases run both ways, and plans that do
+  // share keys.
+  Limits limits;
+  std::map<std::string, int> kinds;
+  int kv8 = 0, edges = 0, nan_codes = 0, on = 0, off = 0, both = 0, shared_plans = 0, d16 = 0;
+  const int n = 900;
+  for (int i = 0; i < n; ++i) {
+    const PagedSpec s = draw_paged(21, static_cast<std::uint64_t>(i), limits);
+    EXPECT_LE(s.work(), limits.max_work);
+    (s.share_prefixes ? on : off) += 1;
+    both += s.both_ways;
+    if (s.kv8) {
+      ++kv8;
+      ++kinds[std::string(dtype_name(*s.kv8)) + "/" + std::string(kv_scales_name(s.kv_scales))];
+      edges += s.scale_edges;
+      for (const Injection& j : s.nonfinite)
+        nan_codes += *s.kv8 == DType::fp8_e4m3 && (j.tensor == 'k' || j.tensor == 'v');
+      d16 += s.D >= 15 && s.D <= 17;
+    }
+    if (s.shared_prefix && i % 3 == 0) {
+      const PagedInputs in = materialize(s);
+      try {
+        shared_plans += plan_paged(in.batch, in.cache.spec(), s.rows(), s.Hq, in.options).shared_keys() > 0;
+      } catch (const Error&) {
+      }
+    }
+  }
+  EXPECT_GT(kv8, n / 4);
+  EXPECT_LT(kv8, n * 42 / 100);
+  for (const char* k : {"int8/per_token", "int8/per_tensor", "fp8_e4m3/per_token", "fp8_e4m3/per_tensor"})
+    EXPECT_GT(kinds[k], n / 40) << k;
+  EXPECT_GT(edges, n / 40);
+  EXPECT_GT(nan_codes, 3);
+  EXPECT_GT(d16, 5);
+  EXPECT_GT(on, n / 2);
+  EXPECT_GT(off, n / 5);
+  EXPECT_GT(both, n / 10);
+  EXPECT_GT(shared_plans, 5);
+}
+
+// The first case of seed 21 whose cache is 8-bit of kind (t, k).
+// (Over 200 cases at most: none there is a failure of the draw.)
+std::optional<PagedSpec> first_kv8(DType t, KVScales k) {
+  for (std::uint64_t i = 0; i < 200; ++i) {
+    const PagedSpec s = draw_paged(21, i, Limits{});
+    if (s.kv8 == t && s.kv_scales == k) return s;
+  }
+  ADD_FAILURE() << "no " << dtype_name(t) << " " << kv_scales_name(k) << " cache in 200 cases";
+  return std::nullopt;
+}
+
+TEST(VerifyPaged, EightBitCasesAreMaterialisedFromTheSpecAloneAndTheCacheHoldsThem) {
+  for (DType t : {DType::i8, DType::fp8_e4m3})
+    for (KVScales k : {KVScales::per_token, KVScales::per_tensor}) {
+      const std::optional<PagedSpec> found = first_kv8(t, k);
+      if (!found) continue;
+      const PagedSpec& s = *found;
+      SCOPED_TRACE(s.describe());
+      const PagedInputs a = materialize(s);
+      for (std::uint64_t i = 0; i < 20; ++i) (void)materialize(draw_paged(21, i, Limits{}));
+      const PagedInputs b = materialize(draw_paged(21, s.index, Limits{}));
+      EXPECT_EQ(a.k_codes, b.k_codes);
+      EXPECT_EQ(a.v_codes, b.v_codes);
+      EXPECT_EQ(a.k_scales, b.k_scales);
+      EXPECT_EQ(a.v_scales, b.v_scales);
+      ASSERT_EQ(a.cache.spec().dtype, t);
+      ASSERT_EQ(a.cache.spec().scales, k);
+      // What the library reads back (gather: code x scale) is code_value x scale of the codes
+      // and scales drawn, through the sequence's pages.
+      for (std::size_t q = 0; q < s.seqs.size(); ++q) {
+        const std::int64_t kl = s.seqs[q].kv_len;
+        if (kl == 0) continue;
+        Tensor row(DType::i64, {static_cast<std::int64_t>(a.pages[q].size())});
+        for (std::size_t j = 0; j < a.pages[q].size(); ++j) row.data_as<std::int64_t>()[j] = a.pages[q][j];
+        const PagedKVCache::Dense d = a.cache.gather(row, kl);
+        for (std::int64_t j = 0; j < kl; ++j)
+          for (std::int64_t h = 0; h < s.Hkv; ++h) {
+            const std::int64_t token =
+                (a.pages[q][static_cast<std::size_t>(j / s.page_size)] * s.page_size + j % s.page_size) *
+                    s.Hkv +
+                h;
+            const float sc = a.k_scales[static_cast<std::size_t>(k == KVScales::per_token ? token : 0)];
+            for (std::int64_t e = 0; e < s.D; ++e) {
+              const float want = code_value(t, a.k_codes[static_cast<std::size_t>(token * s.D + e)]) * sc;
+              const float got = d.k.data_as<float>()[(j * s.Hkv + h) * s.D + e];
+              ASSERT_TRUE(std::memcmp(&want, &got, 4) == 0 || (std::isnan(want) && std::isnan(got)))
+                  << "seq " << q << " key " << j << " head " << h << " element " << e << ": " << got << " vs "
+                  << want;
+            }
+          }
+        break;
+      }
+    }
+}
+
+// ragged_paged whose cpu kernel reads one token of an 8-bit per-token cache with twice its scale
+// (key 0 of the first sequence with keys, every kv head): a quantised-cache bug as the fuzzer
+// sees one, through a Registry.
+class MisScaled : public OperationImpl {
+ public:
+  explicit MisScaled(std::shared_ptr<OperationImpl> inner)
+      : OperationImpl(inner->metadata()), inner_(std::move(inner)) {}
+  std::string name() const override { return inner_->name(); }
+  std::vector<std::string> aliases() const override { return inner_->aliases(); }
+  bool implements(Backend b) const override { return inner_->implements(b); }
+  AttentionOutput forward_native(const AttentionProblem& p) override { return inner_->forward_native(p); }
+  bool implements_paged(Backend b) const override { return inner_->implements_paged(b); }
+  std::optional<Reason> check_paged_inputs(Backend b, const PagedProblem& p) const override {
+    return inner_->check_paged_inputs(b, p);
+  }
+  AttentionOutput paged_native(const PagedProblem& p) override { return inner_->paged_native(p); }
+  AttentionOutput paged_cpu(const PagedProblem& p) override {
+    if (!p.per_token_scales()) return inner_->paged_cpu(p);
+    PagedProblem q = p;
+    Tensor ks = Tensor::copy_of(p.k_scales);
+    for (std::int64_t s = 0; s < p.plan.num_seqs(); ++s)
+      if (p.plan.kv_len(s) > 0) {
+        const std::int64_t page = p.plan.pages(s)[0];
+        for (std::int64_t h = 0; h < p.Hkv; ++h) {
+          const std::size_t at = static_cast<std::size_t>((page * p.page_size) * p.Hkv + h);
+          ks.set(at, ks.at(at) * 2);
+        }
+        break;
+      }
+    q.k_scales = ks.view();
+    q.owned.push_back(ks);
+    return inner_->paged_cpu(q);
+  }
+
+ private:
+  std::shared_ptr<OperationImpl> inner_;
+};
+
+FuzzOptions paged_run(Registry* reg) {
+  FuzzOptions o;
+  o.seeds = {21};
+  o.problems = 150;
+  o.request.ops = {"ragged_paged"};
+  o.request.passes = {Pass::forward};
+  o.request.backends = {Backend::cpu};
+  o.request.tiers = {"baseline"};
+  o.request.threads = {1};
+  o.limits.max_work = 1 << 18;
+  o.limits.max_seq = 600;
+  o.registry = reg;
+  o.shrink = false;
+  o.progress_seconds = 0;
+  return o;
+}
+
+TEST(VerifyPaged, AKernelThatMisScalesOneTokenIsFound) {
+  Registry honest;
+  register_builtin_operators(honest);
+  const FuzzSummary clean = run_fuzz(paged_run(&honest));
+  EXPECT_EQ(clean.exit_status(), 0) << (clean.failures.empty() ? "" : clean.failures[0].line);
+  bool kv8_calls = false, shared_calls = false;
+  for (const auto& [k, n] : clean.tally.calls_by_target) {
+    kv8_calls = kv8_calls || k.find("per_token cache") != std::string::npos;
+    shared_calls = shared_calls || k.find("shared prefixes") != std::string::npos;
+  }
+  EXPECT_TRUE(kv8_calls);
+  EXPECT_TRUE(shared_calls);
+
+  Registry reg;
+  register_builtin_operators(reg);
+  OperationEntry e = reg.entry("ragged_paged");
+  const OperationFactory inner = e.make;
+  e.make = [inner](const OperationMetadata& md) { return std::make_shared<MisScaled>(inner(md)); };
+  reg.add(e);
+  const FuzzSummary s = run_fuzz(paged_run(&reg));
+  ASSERT_EQ(s.exit_status(), 1);
+  for (const FuzzFailure& f : s.failures) {
+    EXPECT_NE(f.finding.problem.find("/per_token"), std::string::npos) << f.line;
+    EXPECT_NE(f.line.find("ragged_paged forward cpu baseline"), std::string::npos) << f.line;
+  }
+  // Replay: the same case alone gives the same finding.
+  const FuzzFailure& f = s.failures.front();
+  FuzzOptions r = paged_run(&reg);
+  r.replay = std::make_pair(f.seed, f.index);
+  const FuzzSummary again = run_fuzz(r);
+  ASSERT_FALSE(again.failures.empty());
+  EXPECT_EQ(again.failures.front().finding.problem, f.finding.problem);
+  EXPECT_EQ(again.failures.front().finding.mismatch.where, f.finding.mismatch.where);
+}
+
+TEST(VerifyPaged, ASavedEightBitCaseHoldsItsCodesScalesAndFlags) {
+  for (DType t : {DType::i8, DType::fp8_e4m3})
+    for (KVScales k : {KVScales::per_token, KVScales::per_tensor}) {
+      const std::optional<PagedSpec> found = first_kv8(t, k);
+      if (!found) continue;
+      const PagedSpec& s = *found;
+      std::map<std::string, Tensor> saved;
+      Target tg;
+      tg.op = "ragged_paged";
+      tg.kernel = "baseline";
+      const std::string cmd = save_paged_case(s, tg, "d", [&](const std::string& path, const TensorView& v) {
+        saved[path] = Tensor::copy_of(v);
+      });
+      EXPECT_NE(cmd.find(" --kv-dtype " + std::string(dtype_name(t)) +
+                         " --k-scales d/k_scales.npy --v-scales "
+                         "d/v_scales.npy"),
+                std::string::npos)
+          << cmd;
+      EXPECT_EQ(cmd.find("--no-share-prefixes") == std::string::npos, s.share_prefixes) << cmd;
+      const PagedInputs in = materialize(s);
+      ASSERT_EQ(saved["d/k_pages.npy"].dtype(), t);
+      ASSERT_EQ(saved["d/k_scales.npy"].dtype(), DType::f32);
+      // The codes and scales in logical order, as drawn.
+      const Tensor& kp = saved["d/k_pages.npy"];
+      ASSERT_EQ(static_cast<std::size_t>(kp.numel()), in.k_codes.size());
+      EXPECT_EQ(0, std::memcmp(kp.data(), in.k_codes.data(), in.k_codes.size()));
+      const Tensor& vs = saved["d/v_scales.npy"];
+      ASSERT_EQ(static_cast<std::size_t>(vs.numel()), in.v_scales.size());
+      EXPECT_EQ(0, std::memcmp(vs.data(), in.v_scales.data(), 4 * in.v_scales.size()));
+    }
 }
 
 // ---- the shrinker ---------------------------------------------------------------------------------

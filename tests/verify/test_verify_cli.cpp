@@ -105,6 +105,35 @@ TEST(VerifyCli, SavedFailuresRerunWithAttnopsRun) {
   EXPECT_TRUE(out_written);
 }
 
+// A saved case over an 8-bit cache (codes, scales, --kv-dtype) reruns with `attnops run`.
+TEST(VerifyCli, SavedEightBitPagedCasesRerunWithAttnopsRun) {
+  TempDir dir;
+  const std::vector<std::string> paged = {
+      "verify",        "--fuzz",       "--seed",     "21",       "--problems",  "12",
+      "--ops",         "ragged_paged", "--tiers",    "baseline", "--threads",   "1",
+      "--work",        "100000",       "--progress", "0",        "--no-shrink", "--save-failures",
+      dir.file("fail")};
+  const auto r = run_cli(paged, {{"ATTNOPS_VERIFY_TAMPER", "1"}});
+  ASSERT_EQ(r.exit_code, 1) << r.out << r.err;
+  int reran = 0;
+  for (const std::string& line : lines_with(r.out, "  reproduce: ")) {
+    if (line.find("--kv-dtype") == std::string::npos) continue;
+    std::vector<std::string> args = words(line.substr(line.find("reproduce: ") + 11));
+    std::map<std::string, std::optional<std::string>> env;
+    while (!args.empty() && args.front().find('=') != std::string::npos && args.front().rfind("--", 0) != 0) {
+      const auto eq = args.front().find('=');
+      env[args.front().substr(0, eq)] = args.front().substr(eq + 1);
+      args.erase(args.begin());
+    }
+    ASSERT_EQ(args.front(), "attnops");
+    args.erase(args.begin());
+    const auto run = run_cli(args, env);
+    EXPECT_EQ(run.exit_code, 0) << line << "\n" << run.err;
+    ++reran;
+  }
+  EXPECT_GE(reran, 2) << r.out;
+}
+
 TEST(VerifyCli, UsageErrorsExitTwo) {
   for (const std::vector<std::string>& args : {std::vector<std::string>{"verify"},
                                                {"verify", "--fuzz", "--tiers", "avx9"},
