@@ -35,9 +35,9 @@ i64 frac_index(double f, i64 n) {
 }
 
 constexpr float kMinScale = std::numeric_limits<float>::min();  // the smallest valid scale
-// The largest value drawn: within f16's range, as the tiled kernel reads an 8-bit cache in q's
-// dtype (a larger one is valid but overflows an f16 q's kernel: not drawn).
-constexpr float kMaxValue = 32768.f;
+// The largest value drawn: past f16's range (65504), where the cpu's tile items must read an
+// 8-bit cache in f32 under an f16 q.
+constexpr float kMaxValue = 1e6f;
 
 // The 8-bit part of a case: the cache's dtype, its scales, and sharing (kStreamPagedKv8).
 void draw_kv8(Rng& r, PagedSpec& s, const Limits& limits) {

@@ -5,10 +5,12 @@
 #include <atomic>
 #include <new>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "attnops/error.h"
+#include "attnops/kv_quant.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/common/paged_gather.h"
 #include "backends/common/parallel_errors.h"
@@ -93,6 +95,32 @@ void for_row_pieces(int threads, i64 n, i64 step, Rows&& rows) {
   for_each_task(threads, (n + step - 1) / step, piece);
 }
 
+// The dtype a tile item gathers an 8-bit cache in: q's, except an f16 q whose keys or values can
+// reach past f16's range (largest code x largest scale of the keys it reads), which would turn
+// the dequantized values into inf: then f32 (the tile runs in f32, q converted).
+std::optional<DType> tile_gather_dtype(const PagedProblem& p, i64 s, i64 first) {
+  if (!p.quantized() || p.dtype != DType::f16) return std::nullopt;
+  constexpr float kF16Max = 65504.f;
+  // An int8 pool a caller filled may hold -128 (write() never stores it).
+  const float code_max = p.kv_dtype == DType::i8 ? 128.f : kv_code_max(p.kv_dtype);
+  float scale_max = std::max(p.k_scale, p.v_scale);
+  if (p.per_token_scales()) {
+    const PagedPlan::Data& d = *p.batch;
+    const auto si = static_cast<std::size_t>(s);
+    const std::int32_t* pages = d.page_ids.data() + d.page_begin[si];
+    const auto* ks = static_cast<const float*>(p.k_scales.data());
+    const auto* vs = static_cast<const float*>(p.v_scales.data());
+    scale_max = 0.f;
+    for (i64 j = first; j < d.kv_len[si]; ++j) {
+      const i64 page = pages[j / p.page_size], row = j % p.page_size;
+      for (i64 h = 0; h < p.Hkv; ++h)
+        scale_max = std::max({scale_max, ks[p.ks_offset(page, row, h)], vs[p.vs_offset(page, row, h)]});
+    }
+  }
+  if (code_max * scale_max <= kF16Max) return std::nullopt;
+  return DType::f32;
+}
+
 // One tile item on `threads` threads: the sequence's keys gathered, the tiled kernel on them (and
 // its guarded re-run when the output came out non-finite and the values hold NaN / inf), the rows
 // scattered back. The tiled kernel's result does not depend on its thread count; the copies and
@@ -102,7 +130,8 @@ void run_tile(const PagedProblem& p, const PagedWorkItem& it, PagedBuffers& buff
   // Every key from the lowest one a row sees (rounded down to a chunk start, so chunks stay
   // aligned) to kv_len: bottom-right alignment keeps every query's position relative to its keys.
   const i64 first = p.batch->chunk ? it.kv_begin / *p.batch->chunk * *p.batch->chunk : it.kv_begin;
-  paged::DenseSequence x = paged::dense_sequence(p, it.seq, first, /*gather=*/false);
+  paged::DenseSequence x =
+      paged::dense_sequence(p, it.seq, first, /*gather=*/false, tile_gather_dtype(p, it.seq, first));
   constexpr i64 kRowsPerPiece = 64;
   const i64 T = x.k.dim(1);
   for_row_pieces(threads, T, kRowsPerPiece,

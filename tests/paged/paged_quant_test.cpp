@@ -323,6 +323,53 @@ TEST(PagedQuant, LongDecodeOfEveryKind) {
       }
 }
 
+// An f16 q over an 8-bit cache whose code x scale passes f16's largest value (65504): a prefill
+// (tile item, which reads the cache in q's 16-bit dtype where that is safe) must read it in f32,
+// not as inf; a decode row (stream item) reads in f32 anyway. Codes are set in the pools directly
+// (write() of f16 rows cannot make such values) and q is small, so the logits stay moderate.
+TEST(PagedQuant, F16QueriesOverCodesTimesScalesPastF16sRange) {
+  for (DType kv : {DType::i8, DType::fp8_e4m3})
+    for (KVScales kind : {KVScales::per_tensor, KVScales::per_token}) {
+      PagedCaseSpec s;
+      s.q_lens = {128, 1};
+      s.kv_lens = {128, 90};
+      s.Hq = 4, s.Hkv = 2, s.D = 16, s.Dv = 16, s.page_size = 16;
+      s.dtype = DType::f16, s.kv_dtype = kv, s.scales = kind;
+      s.tensor_scales = KVTensorScales{1000.f, 0.01f};
+      SCOPED_TRACE(s.describe());
+      PagedCase c = make_paged_case(s);
+      std::mt19937 rng(7);
+      const TensorView kp = c.cache.k_pages();
+      auto* codes = static_cast<std::uint8_t*>(const_cast<void*>(kp.data()));
+      for (i64 e = 0; e < kp.numel(); ++e) {  // codes of magnitude 64..127 (int8) or 64..448 (e4m3)
+        const float x = static_cast<float>(64 + rng() % 64) * (rng() % 2 ? 1.f : -1.f);
+        codes[e] = kv == DType::i8 ? static_cast<std::uint8_t>(static_cast<std::int8_t>(x))
+                                   : fp8_e4m3_from_float(x * 3.5f);
+      }
+      if (kind == KVScales::per_token) {
+        const TensorView ks = c.cache.k_scales();
+        auto* sc = static_cast<float*>(const_cast<void*>(ks.data()));
+        for (i64 e = 0; e < ks.numel(); ++e) sc[e] = 1000.f;
+      }
+      for (std::size_t e = 0; e < static_cast<std::size_t>(c.q.numel()); ++e) c.q.set(e, c.q.at(e) * 1e-3f);
+      const i64 width = c.table.dim(1);
+      for (std::size_t x = 0; x < s.q_lens.size(); ++x) {  // the sequences' keys: the new code x scale
+        const TensorView row(static_cast<const char*>(c.table.data()) +
+                                 static_cast<i64>(x) * width * static_cast<i64>(dtype_size(s.index_dtype)),
+                             s.index_dtype, {width});
+        c.k_seq[x] = c.cache.gather(row, s.kv_lens[x]).k;
+      }
+      for (cpu::Isa tier : cpu_tiers_to_test()) {
+        SCOPED_TRACE(tier_label(tier));
+        const AttentionOutput cpu = run_tier(c, tier, 2);
+        for (std::size_t x = 0; x < s.q_lens.size(); ++x) {
+          const Tolerance tol = tolerance_for(DType::f16);
+          EXPECT_TRUE(rows_match(c, x, cpu, dense_oracle(c, x), tol.out, tol.lse)) << "sequence " << x;
+        }
+      }
+    }
+}
+
 // An e4m3 NaN code (S.1111.111) reads as NaN on every backend: in a key a row sees, the row is
 // NaN; in the value of a key a row does not weigh (outside its window), nothing for that row.
 TEST(PagedQuant, Fp8NanCodesFollowTheNonFinitePolicy) {
