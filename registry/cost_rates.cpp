@@ -12,7 +12,7 @@
 
 #include "attnops/error.h"
 #include "attnops/host.h"
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map.h"
 #include "backends/cpu/tiled_cpu.h"
 #include "backends/vulkan/vulkan_backend.h"
