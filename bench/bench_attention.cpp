@@ -61,7 +61,7 @@ void run_attention(benchmark::State& state, const std::string& op, Backend backe
   std::string ran;
   for (auto _ : state) {
     attnops::AttentionOutput out = attn(q, k, v, o);
-    benchmark::DoNotOptimize(out.attention_outputs.data());
+    benchmark::DoNotOptimize(out.out.data());
     if (ran.empty()) {  // operator/backend/kernel that ran, e.g. flash_attn2/cpu/avx512bf16
       ran = out.decision.op + "/" + std::string(attnops::backend_name(out.decision.backend));
       if (!out.decision.run.kernel.empty()) ran += "/" + out.decision.run.kernel;

@@ -95,7 +95,7 @@ void run_pass(benchmark::State& state, const std::string& op, Backend backend, D
     attn(q, k, v, o);  // warm-up
     for (auto _ : state) {
       attnops::AttentionOutput out = attn(q, k, v, o);
-      benchmark::DoNotOptimize(out.attention_outputs.data());
+      benchmark::DoNotOptimize(out.out.data());
       if (ran.empty()) ran = label(out.decision);
     }
   }
@@ -151,7 +151,7 @@ void BM_BackwardMemory(benchmark::State& state, const std::string& op, Shape s) 
       const attnops::AttentionOutput fwd = attn(q, k, v, o);
       const attnops::AttentionGradients g = attn.backward(q, k, v, fwd, dout, o);
       benchmark::DoNotOptimize(g.dq.data());
-      for (const Tensor* t : {&q, &k, &v, &fwd.attention_outputs, &dout, &g.dq, &g.dk, &g.dv})
+      for (const Tensor* t : {&q, &k, &v, &fwd.out, &dout, &g.dq, &g.dk, &g.dv})
         tensors += static_cast<double>(t->nbytes());
       const std::int64_t r = resident_bytes();
       if (r > peak.load()) peak.store(r);

@@ -121,7 +121,7 @@ double run_paged(benchmark::State& state, const attnops::benchkit::ServingBatch&
   for (auto _ : state) {
     attnops::AttentionOutput o = attn.paged(b.q, b.cache, plan, opts);
     if (decision.empty()) decision = o.decision.to_log_line();
-    benchmark::DoNotOptimize(o.attention_outputs.data());
+    benchmark::DoNotOptimize(o.out.data());
   }
   const double cpu = cpu_seconds() - c0;
   state.SetLabel(decision);
@@ -189,7 +189,7 @@ void same_tokens(benchmark::State& state, const std::string& key, i64 kv, i64 q,
     for (auto _ : state) {
       attnops::AttentionOutput o = attn(qd, d.k, d.v);
       if (decision.empty()) decision = o.decision.to_log_line();
-      benchmark::DoNotOptimize(o.attention_outputs.data());
+      benchmark::DoNotOptimize(o.out.data());
     }
     cpu = cpu_seconds() - c0;
     state.SetLabel(decision);

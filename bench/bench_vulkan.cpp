@@ -55,7 +55,7 @@ void run_attention(benchmark::State& state, const std::string& op, DType dt, boo
   const attnops::Attention attn = attnops::registry().get(op, md);
   attnops::AttentionOptions opt;
   opt.causal = causal;
-  const attnops::DispatchDecision plan = attn.plan(q, k, v, opt);
+  const attnops::DispatchDecision plan = attn.explain(q, k, v, opt);
   if (plan.backend != Backend::gpu) {
     state.SkipWithError(("not on the gpu: " + plan.to_log_line()).c_str());
     return;
@@ -73,7 +73,7 @@ void run_attention(benchmark::State& state, const std::string& op, DType dt, boo
   }
   for (auto _ : state) {
     attnops::AttentionOutput out = attn(q, k, v, opt);
-    benchmark::DoNotOptimize(out.attention_outputs.data());
+    benchmark::DoNotOptimize(out.out.data());
   }
   attnops::vulkan::debug::clear_kernel_override();
   const double T = static_cast<double>(s.T);

@@ -228,7 +228,7 @@ void prepare_row(Prepared& x, const Config& base, const CallSettings& threads) {
   x.plan = plan_paged(b.batch, b.cache.spec(), b.N, r.Hq, x.opts);
   x.cache = b.cache;
   if (x.resident) {
-    const GpuSettings& gpu = x.attn->op().metadata().gpu;
+    const GpuSettings& gpu = x.attn->metadata().gpu;
     const bool token = b.cache.spec().quantized() && b.cache.spec().scales == KVScales::per_token;
     x.cache = PagedKVCache::from_device(to_device(b.cache.k_pages(), gpu), to_device(b.cache.v_pages(), gpu),
                                         token ? to_device(b.cache.k_scales(), gpu) : DeviceTensor(),
@@ -263,7 +263,7 @@ void prepare_row(Prepared& x, const Config& base, const CallSettings& threads) {
     x.q = TensorView(b.q.data(), res.dtype, {S, Tq, r.Hq, r.D});
     x.dense = registry().get("flash_attn2", x.config);
     if (x.resident) {
-      const GpuSettings& gpu = x.attn->op().metadata().gpu;
+      const GpuSettings& gpu = x.attn->metadata().gpu;
       x.dk = to_device(x.k, gpu), x.dv = to_device(x.v, gpu), x.dqd = to_device(x.q, gpu);
     }
     x.dense_call();  // warm-up
@@ -298,7 +298,7 @@ void finish_row(Prepared& x, double read_gbps) {
   native.backends = {{Backend::native}};
   const AttentionOutput got = x.attn->paged(v.q, v.cache, v.batch, x.opts);
   const AttentionOutput want = x.attn->paged(v.q, v.cache, v.batch, native);
-  res.max_err = max_abs_diff(got.attention_outputs, want.attention_outputs);
+  res.max_err = max_abs_diff(got.out, want.out);
 }
 
 std::string fmt(const char* f, double v) {

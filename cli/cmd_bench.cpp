@@ -39,6 +39,8 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map.h"
 #include "backends/common/block_map_impl.h"
 #include "benchkit/background_load.h"
@@ -147,7 +149,7 @@ void run_row(Row& row, const Config& config, const CallSettings& threads, int re
                 "use the gpu backend, not gpu_resident");
   DeviceTensor dq, dk, dv;  // gpu_resident: the inputs live on the device during the timing
   if (resident) {
-    const GpuSettings& gpu = attn.op().metadata().gpu;
+    const GpuSettings& gpu = attn.metadata().gpu;
     dq = to_device(in.q, gpu), dk = to_device(in.k, gpu), dv = to_device(in.v, gpu);
   }
   const auto forward = [&](const AttentionOptions& op) {
@@ -155,7 +157,7 @@ void run_row(Row& row, const Config& config, const CallSettings& threads, int re
   };
   // Warm-up (allocations, pipelines, block maps); for a backward row, its forward's residuals.
   AttentionOutput r = forward(opts);
-  const Tensor dout = backward ? random_tensor(row.dtype, r.attention_outputs.shape(), 8) : Tensor();
+  const Tensor dout = backward ? random_tensor(row.dtype, r.out.shape(), 8) : Tensor();
   DispatchDecision decision = r.decision;
   const auto call = [&] {
     if (!backward) {
@@ -212,11 +214,11 @@ void run_row(Row& row, const Config& config, const CallSettings& threads, int re
   const AttentionOutput sr = attn(small.q, small.k, small.v, opts);  // host inputs: the same kernels
   if (!backward) {
     const OperationMetadata& smd = metadata_that_ran(attn, sr.decision);
-    row.max_err = max_error_vs_oracle(small.q, small.k, small.v, opts, smd, sr.attention_outputs);
+    row.max_err = max_error_vs_oracle(small.q, small.k, small.v, opts, smd, sr.out);
   } else {
-    const Tensor sdout = random_tensor(row.dtype, sr.attention_outputs.shape(), 12);
+    const Tensor sdout = random_tensor(row.dtype, sr.out.shape(), 12);
     const AttentionGradients sg = attn.backward(small.q, small.k, small.v, sr, sdout, opts);
-    row.max_err = max_gradient_error_vs_oracle(small.q, small.k, small.v, sr.attention_outputs, *sr.lse,
+    row.max_err = max_gradient_error_vs_oracle(small.q, small.k, small.v, sr.out, *sr.lse,
                                                sdout, opts, metadata_that_ran(attn, sg.decision), sg);
   }
 }

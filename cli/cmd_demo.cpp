@@ -65,7 +65,7 @@ int demo(const DemoArgs& a) {
       const CallTimes t = median_call_time([&] { r = attn(q, k, v, opts); });
       // The oracle sees the metadata of the operator that actually ran (vanilla after a fallback).
       const OperationMetadata& md = metadata_that_ran(attn, r.decision);
-      const double err = max_error_vs_oracle(q, k, v, opts, md, r.attention_outputs);
+      const double err = max_error_vs_oracle(q, k, v, opts, md, r.out);
       const std::string shape = std::to_string(s.B) + "," + std::to_string(s.Tq) + "," +
                                 std::to_string(s.Tk) + "," + std::to_string(s.Hq) + "," +
                                 std::to_string(s.Hkv) + "," + std::to_string(s.D);

@@ -48,7 +48,7 @@ std::vector<Row> operator_rows(const Config& config) {
   const Host& host = registry().host();
   for (const std::string& name : registry().list()) {
     const Attention attn = registry().get(name, config);
-    const OperationMetadata& md = attn.op().metadata();
+    const OperationMetadata& md = attn.metadata();
     const std::vector<Backend> order = candidate_order(md);
     for (Backend b : {Backend::gpu, Backend::cpu, Backend::native, Backend::tpu}) {
       Row r;
@@ -56,8 +56,8 @@ std::vector<Row> operator_rows(const Config& config) {
       r.backend = std::string(backend_name(b));
       const auto at = std::find(order.begin(), order.end(), b);
       r.position = at == order.end() ? 0 : static_cast<int>(at - order.begin()) + 1;
-      r.implements = attn.op().implements(b);
-      r.backward = attn.op().implements_backward(b);
+      r.implements = attn.implements(b);
+      r.backward = attn.implements_backward(b);
       const Availability av = host.availability(b, md.gpu);
       r.available = av.available;
       r.disabled = std::find(md.disabled_backends.begin(), md.disabled_backends.end(), b) !=
@@ -130,7 +130,7 @@ int info(const InfoArgs& a) {
   if (a.allow_software) config.gpu_allow_software = true;
   const std::vector<Row> rows = operator_rows(config);
   // Device selection settings are global (config top level), the same for every operator.
-  const OperationMetadata md = registry().get(registry().list().front(), config).op().metadata();
+  const OperationMetadata md = registry().get(registry().list().front(), config).metadata();
   const Host& host = registry().host();
   const CpuInfo cpu = host.cpu();
   const std::vector<GpuDeviceInfo> gpus = host.gpu_devices(md.gpu);

@@ -112,7 +112,7 @@ int run(const RunArgs& a) {
   if (a.soft_cap_opt->count()) opts.logits_soft_cap = a.soft_cap;
   // The tensors the options view must outlive the call.
   std::optional<Tensor> sinks, bias, seg_q, seg_kv;
-  if (!a.sinks.empty()) opts.softmax_aux = (sinks = read_npy(a.sinks))->view();
+  if (!a.sinks.empty()) opts.sinks = (sinks = read_npy(a.sinks))->view();
   if (!a.bias.empty()) opts.bias = (bias = read_npy(a.bias))->view();
   if (!a.seg_q.empty()) opts.segment_ids_q = (seg_q = read_npy(a.seg_q))->view();
   if (!a.seg_kv.empty()) opts.segment_ids_kv = (seg_kv = read_npy(a.seg_kv))->view();
@@ -127,7 +127,7 @@ int run(const RunArgs& a) {
 
   // The output keeps the runtime dtype (q's unless --dtype says otherwise); .npy has no bf16, so
   // bf16 is written as f32. Written straight from the result.
-  write_npy(outs.fd(out_file), outs.name(out_file), r.attention_outputs);
+  write_npy(outs.fd(out_file), outs.name(out_file), r.out);
   if (lse_file >= 0) {
     if (!r.lse) throw Error(ErrorCode::internal, "the operator returned no lse although it was asked for");
     write_npy(outs.fd(lse_file), outs.name(lse_file), *r.lse);

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/problem.h"
 #include "cli/commands.h"
 #include "cli/npy.h"
 #include "cli/output_set.h"

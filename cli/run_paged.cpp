@@ -175,7 +175,7 @@ int run_paged(const PagedArgs& a, const PagedRun& r) {
   const Tensor table = read_npy(a.page_table), cu = read_npy(a.cu_seqlens_q), kv = read_npy(a.kv_lens);
   PagedAttentionOptions opts = r.options;
   std::optional<Tensor> sinks;
-  if (!r.sinks.empty()) opts.softmax_aux = (sinks = read_npy(r.sinks))->view();
+  if (!r.sinks.empty()) opts.sinks = (sinks = read_npy(r.sinks))->view();
   if (a.kv_split_opt && a.kv_split_opt->count()) opts.kv_split_tokens = a.kv_split_tokens;
   opts.share_prefixes = !a.no_share_prefixes;
   opts.return_lse = lse_file >= 0;
@@ -185,7 +185,7 @@ int run_paged(const PagedArgs& a, const PagedRun& r) {
   const RaggedBatch batch{cu, kv, table, a.num_seqs};
   const AttentionOutput o = attn.paged(q, cache, batch, opts);
 
-  write_npy(outs.fd(out_file), outs.name(out_file), o.attention_outputs);
+  write_npy(outs.fd(out_file), outs.name(out_file), o.out);
   if (lse_file >= 0) {
     if (!o.lse) throw Error(ErrorCode::internal, "the operator returned no lse although it was asked for");
     write_npy(outs.fd(lse_file), outs.name(lse_file), *o.lse);

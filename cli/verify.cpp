@@ -4,13 +4,16 @@
 #include <cmath>
 #include <limits>
 
+#include "attnops/ext/attention.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 #include "backends/native/reference_backward.h"
 
 namespace attnops::cli {
 
 const OperationMetadata& metadata_that_ran(const Attention& attn, const DispatchDecision& d) {
-  return d.fell_back() ? attn.fallback().metadata() : attn.op().metadata();
+  return d.fell_back() ? fallback_of(attn).metadata() : attn.metadata();
 }
 
 double max_error_vs_oracle(const TensorView& q, const TensorView& k, const TensorView& v,

@@ -1,9 +1,9 @@
 // Accuracy of one call against the fp64 oracle (backends/native/reference.h).
 #pragma once
 
-#include "attnops/operation.h"
+#include "attnops/ext/operation.h"
 #include "attnops/options.h"
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 #include "attnops/registry.h"
 #include "attnops/tensor.h"
 

@@ -3,6 +3,8 @@
 
 #include "attnops/backward.h"
 #include "attnops/error.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops {
 

@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "attnops/error.h"
+#include "attnops/ext/device_storage.h"
 #include "core/device_memory.h"
 
 namespace attnops {
@@ -96,6 +97,10 @@ DeviceTensor DeviceTensor::slice(int d, std::int64_t begin, std::int64_t end) co
   t.shape_[static_cast<std::size_t>(d)] = end - begin;
   t.offset_ = v.device_offset();
   return t;
+}
+
+std::string DeviceTensor::device() const {
+  return storage_ ? storage_->describe() : std::string();
 }
 
 Tensor DeviceTensor::to_host() const {

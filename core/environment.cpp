@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attnops/error.h"
+#include "attnops/ext/environment.h"
 #include "core/printable.h"
 
 namespace attnops {
@@ -33,9 +34,8 @@ bool env_switch(const char* name, const char* value, std::string* error) {
   return false;
 }
 
-std::unique_ptr<EnvironmentSettings> read(std::uint64_t generation) {
+std::unique_ptr<EnvironmentSettings> read() {
   auto e = std::make_unique<EnvironmentSettings>();
-  e->generation = generation;
   if (const char* s = std::getenv("ATTNOPS_FORCE_NATIVE"))
     e->force_native = env_switch("ATTNOPS_FORCE_NATIVE", s, &e->force_native_error);
   if (const char* s = std::getenv("ATTNOPS_LOG")) {
@@ -52,10 +52,12 @@ struct Store {
   std::mutex mu;
   std::vector<std::unique_ptr<EnvironmentSettings>> all;  // every snapshot made (kept alive)
   std::atomic<const EnvironmentSettings*> current{nullptr};
+  std::atomic<std::uint64_t> generation{0};  // all.size() once current is set
 
   const EnvironmentSettings* reload() {
     std::lock_guard lock(mu);
-    all.push_back(read(all.size() + 1));
+    all.push_back(read());
+    generation.store(all.size(), std::memory_order_release);
     current.store(all.back().get(), std::memory_order_release);
     return all.back().get();
   }
@@ -79,9 +81,15 @@ const EnvironmentSettings& environment() {
   if (const EnvironmentSettings* e = s.current.load(std::memory_order_acquire)) return *e;
   std::lock_guard lock(s.mu);  // the first call: read once, whichever thread comes first
   if (const EnvironmentSettings* e = s.current.load(std::memory_order_acquire)) return *e;
-  s.all.push_back(read(1));
+  s.all.push_back(read());
+  s.generation.store(1, std::memory_order_release);
   s.current.store(s.all.back().get(), std::memory_order_release);
   return *s.all.back();
+}
+
+std::uint64_t environment_generation() {
+  environment();  // the first read is generation 1
+  return store().generation.load(std::memory_order_acquire);
 }
 
 void reload_environment() {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "attnops/error.h"
+#include "attnops/ext/device_storage.h"
 #include "attnops/kv_quant.h"
 #include "attnops/paged.h"
 #include "core/checked_size.h"

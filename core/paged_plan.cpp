@@ -21,9 +21,10 @@
 #include <string>
 
 #include "attnops/error.h"
-#include "attnops/paged_problem.h"
+#include "attnops/ext/paged_problem.h"
 #include "core/paged_index.h"
 #include "core/paged_share.h"
+#include "core/sinks_option.h"
 
 namespace attnops {
 
@@ -62,9 +63,15 @@ void check_options(const PagedAttentionOptions& o) {
 
 // ---- the plan's accessors --------------------------------------------------------------------
 
-const PagedPlan::Data& PagedPlan::data() const {
+const PagedPlanData& PagedPlan::data() const {
   if (!data_) throw Error(ErrorCode::invalid_argument, "PagedPlan: an empty plan (made by plan_paged only)");
   return *data_;
+}
+const PagedPlanData& plan_data(const PagedPlan& plan) {
+  return plan.data();
+}
+const PagedAttentionOptions& PagedPlan::options() const {
+  return data().options;
 }
 std::int64_t PagedPlan::num_seqs() const {
   return data().S;
@@ -101,7 +108,7 @@ std::int64_t PagedPlan::shared_keys() const {
 }
 
 namespace {
-std::size_t seq_index(const PagedPlan::Data& d, std::int64_t s) {
+std::size_t seq_index(const PagedPlanData& d, std::int64_t s) {
   if (s < 0 || s >= d.S)
     throw Error(ErrorCode::invalid_argument,
                 "PagedPlan: sequence " + std::to_string(s) + " outside [0, " + std::to_string(d.S) + ")");
@@ -119,7 +126,7 @@ std::int64_t PagedPlan::kv_len(std::int64_t s) const {
   return data().kv_len[seq_index(data(), s)];
 }
 const std::int32_t* PagedPlan::pages(std::int64_t s) const {
-  const Data& d = data();
+  const PagedPlanData& d = data();
   return d.page_ids.data() + d.page_begin[seq_index(d, s)];
 }
 
@@ -157,11 +164,27 @@ PagedPlan plan_paged(const RaggedBatch& batch, const PagedKVSpec& cache, std::in
     fail(ErrorCode::invalid_argument, "num_seqs: " + std::to_string(batch.num_seqs) + " is more than the " +
                                           std::to_string(rows) + " sequences kv_lens holds");
 
-  auto d = std::make_shared<PagedPlan::Data>();
+  auto d = std::make_shared<PagedPlanData>();
   d->cache = cache;
   d->S = S, d->N = num_tokens, d->Hq = num_q_heads;
   d->split_tokens = options.kv_split_tokens.value_or(kDefaultKvSplitTokens);
   d->causal = options.causal, d->window = options.sliding_window, d->chunk = options.chunk_size;
+  d->options = options;
+  if (const std::optional<TensorView>& sinks = sinks_option(options.sinks, options.softmax_aux)) {
+    // The plan outlives the caller's sinks tensor: it keeps a copy (checked as a run checks it).
+    const TensorView& s = *sinks;
+    if (s.on_device())
+      fail(ErrorCode::invalid_argument, "sinks (softmax_aux): a device tensor; sinks are a host tensor [Hq]");
+    if (!is_float(s.dtype()))
+      fail(ErrorCode::unsupported_dtype,
+           "sinks (softmax_aux): expected a float dtype, got " + std::string(dtype_name(s.dtype())));
+    if (s.rank() != 1 || s.dim(0) != num_q_heads)
+      fail(ErrorCode::shape_mismatch, "sinks (softmax_aux): expected shape [Hq=" + std::to_string(num_q_heads) +
+                                          "] (one sink logit per q head), got " + shape_string(s.shape()));
+    d->sinks = Tensor::copy_of(s);
+    d->options.sinks = d->sinks.view();
+    d->options.softmax_aux.reset();
+  }
   const auto n = static_cast<std::size_t>(S);
   d->q_begin.resize(n), d->q_len.resize(n), d->kv_len.resize(n), d->page_begin.resize(n + 1);
 

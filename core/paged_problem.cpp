@@ -1,5 +1,5 @@
 // make_paged_problem: validation of one paged call against its plan, and its output buffers.
-#include "attnops/paged_problem.h"
+#include "attnops/ext/paged_problem.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,7 +11,8 @@
 
 #include "attnops/environment.h"
 #include "attnops/error.h"
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
+#include "core/sinks_option.h"
 
 namespace attnops {
 
@@ -43,7 +44,7 @@ std::string chunk_text(const std::optional<std::int64_t>& c) {
 }
 
 // The options that shaped the work list must be the plan's.
-void check_against_plan(const PagedAttentionOptions& o, const PagedPlan::Data& d) {
+void check_against_plan(const PagedAttentionOptions& o, const PagedPlanData& d) {
   const bool same_window =
       o.sliding_window.has_value() == d.window.has_value() &&
       (!d.window || (o.sliding_window->left == d.window->left && o.sliding_window->right == d.window->right));
@@ -53,11 +54,13 @@ void check_against_plan(const PagedAttentionOptions& o, const PagedPlan::Data& d
              ", sliding_window=" + window_text(d.window) + ", chunk_size=" + chunk_text(d.chunk) +
              ", the call asks for causal=" + std::string(o.causal ? "true" : "false") + ", sliding_window=" +
              window_text(o.sliding_window) + ", chunk_size=" + chunk_text(o.chunk_size) +
-             " (the masks shape the work list: plan once per mask configuration)");
+             " (the masks shape the work list: plan once per mask configuration; a plan carries its "
+             "options, so run it as paged(q, cache, plan) without options)");
   if (o.kv_split_tokens && *o.kv_split_tokens != d.split_tokens)
     fail(ErrorCode::invalid_argument, "kv_split_tokens: the plan splits keys every " +
                                           std::to_string(d.split_tokens) + " tokens, the call asks for " +
-                                          std::to_string(*o.kv_split_tokens));
+                                          std::to_string(*o.kv_split_tokens) +
+                                          " (a plan carries its options: run it as paged(q, cache, plan))");
 }
 
 void check_cache(PagedKVSpec c, PagedKVSpec planned) {
@@ -97,7 +100,7 @@ double max_abs_q(const TensorView& q) {
   return m;
 }
 double max_abs_keys(const PagedProblem& p) {
-  const PagedPlan::Data& d = *p.batch;
+  const PagedPlanData& d = *p.batch;
   double m = 0;
   for (i64 s = 0; s < d.S; ++s) {
     const std::int32_t* pages = d.page_ids.data() + d.page_begin[static_cast<std::size_t>(s)];
@@ -130,7 +133,7 @@ PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, 
   if (plan.empty()) fail(ErrorCode::invalid_argument, "plan: an empty plan (build one with plan_paged)");
   if (cache.empty())
     fail(ErrorCode::invalid_argument, "cache: an empty cache (build one with PagedKVCache::host, ...)");
-  const PagedPlan::Data& d = plan.data();
+  const PagedPlanData& d = plan_data(plan);
   const PagedKVSpec& spec = cache.spec();
   check_cache(spec, d.cache);
   check_against_plan(o, d);
@@ -204,15 +207,15 @@ PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, 
                                             short_number(cap));
     p.soft_cap = cap;
   }
-  if (o.softmax_aux) {
-    const TensorView& s = *o.softmax_aux;
+  if (const std::optional<TensorView>& sinks = sinks_option(o.sinks, o.softmax_aux)) {
+    const TensorView& s = *sinks;
     if (s.on_device())
-      fail(ErrorCode::invalid_argument, "softmax_aux: a device tensor; sinks are a host tensor [Hq]");
+      fail(ErrorCode::invalid_argument, "sinks (softmax_aux): a device tensor; sinks are a host tensor [Hq]");
     if (!is_float(s.dtype()))
       fail(ErrorCode::unsupported_dtype,
-           "softmax_aux: expected a float dtype, got " + std::string(dtype_name(s.dtype())));
+           "sinks (softmax_aux): expected a float dtype, got " + std::string(dtype_name(s.dtype())));
     if (s.rank() != 1 || s.dim(0) != p.Hq)
-      fail(ErrorCode::shape_mismatch, "softmax_aux: expected shape [Hq=" + std::to_string(p.Hq) +
+      fail(ErrorCode::shape_mismatch, "sinks (softmax_aux): expected shape [Hq=" + std::to_string(p.Hq) +
                                           "] (one sink logit per q head), got " + shape_string(s.shape()));
     p.owned.push_back(Tensor::copy_of(s, DType::f32));
     p.sinks = p.owned.back().data_as<float>();

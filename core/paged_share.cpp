@@ -1,5 +1,7 @@
 #include "core/paged_share.h"
 
+#include "attnops/ext/paged_problem.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -17,7 +19,7 @@ struct Split {
   i64 n_pages = 0;
 };
 
-Split split_of(const PagedPlan::Data& d, i64 s, i64 k) {
+Split split_of(const PagedPlanData& d, i64 s, i64 k) {
   const auto si = static_cast<std::size_t>(s);
   const KeyRange u = d.unions[si];
   const i64 T = d.split_tokens, ps = d.cache.page_size;
@@ -41,7 +43,7 @@ bool same(const Split& a, const Split& b) {
 
 }  // namespace
 
-std::vector<Group> find(PagedPlan::Data& d, std::vector<std::int32_t>& covered) {
+std::vector<Group> find(PagedPlanData& d, std::vector<std::int32_t>& covered) {
   const i64 S = d.S, T = d.split_tokens, ps = d.cache.page_size;
   covered.assign(static_cast<std::size_t>(S), 0);
   d.in_shared.assign(static_cast<std::size_t>(S), 0);

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "attnops/paged_problem.h"
+#include "attnops/ext/paged_problem.h"
 
 namespace attnops::paged_share {
 
@@ -28,6 +28,6 @@ inline constexpr std::int32_t kMaxMembers = 16;
 // same pages and all of whose rows see all of it; a group starts at the sequences' first split
 // and goes on while at least two of them keep agreeing. Cost: O(stream sequences) hash probes,
 // plus the page ids compared inside groups.
-std::vector<Group> find(PagedPlan::Data& d, std::vector<std::int32_t>& covered);
+std::vector<Group> find(PagedPlanData& d, std::vector<std::int32_t>& covered);
 
 }  // namespace attnops::paged_share

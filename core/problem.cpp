@@ -1,5 +1,5 @@
 // make_problem: validation of one call's inputs and their normalisation for the kernels.
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 
 #include <algorithm>
 #include <array>
@@ -13,6 +13,7 @@
 #include "attnops/environment.h"
 #include "attnops/error.h"
 #include "core/checked_size.h"
+#include "core/sinks_option.h"
 
 namespace attnops {
 
@@ -305,15 +306,15 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
   }
 
   // Sinks [Hq].
-  if (o.softmax_aux) {
-    const TensorView& s = *o.softmax_aux;
+  if (const std::optional<TensorView>& sinks = sinks_option(o.sinks, o.softmax_aux)) {
+    const TensorView& s = *sinks;
     if (!is_float(s.dtype()))
       fail(ErrorCode::unsupported_dtype,
-           "softmax_aux: expected a float dtype, got " + std::string(dtype_name(s.dtype())));
+           "sinks (softmax_aux): expected a float dtype, got " + std::string(dtype_name(s.dtype())));
     if (s.rank() != 1 || s.dim(0) != p.Hq)
-      fail(ErrorCode::shape_mismatch, "softmax_aux: expected shape [Hq=" + std::to_string(p.Hq) +
+      fail(ErrorCode::shape_mismatch, "sinks (softmax_aux): expected shape [Hq=" + std::to_string(p.Hq) +
                                           "] (one sink logit per q head), got " + dims_string(s));
-    p.sinks = static_cast<const float*>(contiguous(p, s, DType::f32, "softmax_aux"));
+    p.sinks = static_cast<const float*>(contiguous(p, s, DType::f32, "sinks (softmax_aux)"));
   }
 
   p.want_lse = o.return_lse;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "attnops/error.h"
+#include "attnops/ext/device_storage.h"
 #include "core/checked_size.h"
 
 namespace attnops {

@@ -135,10 +135,10 @@ int main() {
         const attnops::PagedKVCache::Dense d = caches[l].gather(page_row, kv.data_as<std::int32_t>()[i]);
         const i64 q0 = cu.data_as<std::int32_t>()[i];
         const TensorView qs(q.data_as<float>() + q0 * kHq * kD, DType::f32, {1, q_len[i], kHq, kD});
-        const Tensor want = oracle(qs, d.k, d.v).attention_outputs;
+        const Tensor want = oracle(qs, d.k, d.v).out;
         for (i64 e = 0; e < want.numel(); ++e)
           worst = std::max(
-              worst, static_cast<double>(std::fabs(out.attention_outputs.data_as<float>()[q0 * kHq * kD + e] -
+              worst, static_cast<double>(std::fabs(out.out.data_as<float>()[q0 * kHq * kD + e] -
                                                    want.data_as<float>()[e])));
       }
     }

@@ -116,7 +116,7 @@ StepResult block(const Weights& w, const attnops::Attention& attn, KvCache& cach
   const attnops::TensorView kv = cache.k.view().slice(1, 0, cache.len);
   const attnops::TensorView vv = cache.v.view().slice(1, 0, cache.len);
   attnops::AttentionOutput a = attn(qv, kv, vv, {.causal = true});  // bottom-right aligned
-  const MapMatrix ctx(a.attention_outputs.data_as<float>(), T, kHq * kHeadDim);
+  const MapMatrix ctx(a.out.data_as<float>(), T, kHq * kHeadDim);
 
   Matrix y = x + ctx * w.wo;
   const Matrix h2 = rms_norm(y, w.g2);

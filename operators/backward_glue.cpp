@@ -1,5 +1,7 @@
 #include "operators/backward_glue.h"
 
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map.h"
 #include "backends/cpu/tiled_backward.h"
 #include "backends/native/reference_backward.h"

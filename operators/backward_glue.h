@@ -7,6 +7,7 @@
 #pragma once
 
 #include "attnops/backward.h"
+#include "attnops/ext/backward_problem.h"
 
 namespace attnops {
 

@@ -15,7 +15,7 @@
 #include <limits>
 
 #include "attnops/options.h"
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops {
 
@@ -39,10 +39,10 @@ AttentionOutput run_forward(const AttentionProblem& p, Kernel&& kernel) {
     }
   }
   AttentionOutput out;
-  out.attention_outputs = std::move(buffers.out);
+  out.out = std::move(buffers.out);
   out.lse = std::move(buffers.lse);
   out.attention_weights = std::move(buffers.weights);
-  out.device_attention_outputs = std::move(buffers.device_out);
+  out.device_out = std::move(buffers.device_out);
   out.decision.run = std::move(buffers.run);
   return out;
 }

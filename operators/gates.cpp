@@ -1,5 +1,7 @@
 #include "operators/gates.h"
 
+#include "attnops/ext/problem.h"
+
 #include <string>
 
 namespace attnops::gates {

@@ -8,7 +8,7 @@
 
 #include "attnops/decision.h"
 #include "attnops/metadata.h"
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops::gates {
 

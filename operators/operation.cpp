@@ -1,6 +1,9 @@
-#include "attnops/operation.h"
+#include "attnops/ext/operation.h"
 
 #include "attnops/error.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/paged_problem.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops {
 

@@ -6,7 +6,8 @@
 #include <memory>
 
 #include "attnops/error.h"
-#include "attnops/paged_problem.h"
+#include "attnops/ext/paged_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/cpu/paged_cpu.h"
 #include "backends/native/paged_native.h"
 #include "backends/native/reference.h"
@@ -25,8 +26,8 @@ AttentionOutput run_paged_forward(const PagedProblem& p, Kernel&& kernel) {
   PagedBuffers b = allocate_paged_buffers(p);
   kernel(p, b);  // an empty batch costs nothing, and still reports what would run
   AttentionOutput out;
-  out.attention_outputs = std::move(b.out);
-  out.device_attention_outputs = std::move(b.device_out);
+  out.out = std::move(b.out);
+  out.device_out = std::move(b.device_out);
   out.lse = std::move(b.lse);
   out.decision.run = std::move(b.run);
   return out;
@@ -71,7 +72,7 @@ std::unique_ptr<DenseAsPaged> dense_as_paged(const AttentionProblem& p, const Op
   o.sliding_window = p.window;
   o.chunk_size = p.chunk;
   o.logits_soft_cap = p.soft_cap;
-  if (p.sinks) o.softmax_aux = TensorView(p.sinks, DType::f32, {p.Hq});
+  if (p.sinks) o.sinks = TensorView(p.sinks, DType::f32, {p.Hq});
   o.return_lse = p.want_lse;
   d->plan = plan_paged({d->cu, d->kv, d->table}, d->cache.spec(), N, p.Hq, o);
   OperationMetadata pmd = md;

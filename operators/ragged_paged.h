@@ -16,7 +16,9 @@
 // and the gpu; the native oracle runs everything.
 #pragma once
 
-#include "attnops/operation.h"
+#include "attnops/ext/operation.h"
+#include "attnops/ext/paged_problem.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops {
 

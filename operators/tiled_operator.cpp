@@ -1,5 +1,7 @@
 #include "operators/tiled_operator.h"
 
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map.h"
 #include "backends/cpu/tiled_cpu.h"
 #include "backends/native/tiled_native.h"

@@ -4,7 +4,9 @@
 // block sizes) and in what model code expects of them, as in EasyDeL.
 #pragma once
 
-#include "attnops/operation.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/operation.h"
+#include "attnops/ext/problem.h"
 #include "backends/vulkan/vulkan_backend.h"
 
 namespace attnops {

@@ -1,5 +1,7 @@
 #include "operators/vanilla.h"
 
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/cpu/vanilla_cpu.h"
 #include "backends/native/reference.h"
 #include "backends/vulkan/vulkan_backend.h"

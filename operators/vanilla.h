@@ -3,7 +3,9 @@
 // returns attention weights. forward_native is the fp64 oracle.
 #pragma once
 
-#include "attnops/operation.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/operation.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops {
 

@@ -12,7 +12,7 @@
 
 #include "attnops/error.h"
 #include "attnops/host.h"
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/vulkan/vulkan_backend.h"
 #include "core/cache_file.h"
 #include "operators/flash_attn2.h"

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "attnops/error.h"
+#include "attnops/ext/operation.h"
 #include "core/printable.h"
 #include "core/suggest.h"
 #include "registry/dispatcher.h"
@@ -14,8 +15,8 @@ AttentionOutput Attention::operator()(const TensorView& q, const TensorView& k, 
   return dispatch(*op_, *vanilla_, *host_, q, k, v, options, RuntimeFlags::from_env(), /*execute=*/true);
 }
 
-DispatchDecision Attention::plan(const TensorView& q, const TensorView& k, const TensorView& v,
-                                 const AttentionOptions& options) const {
+DispatchDecision Attention::explain(const TensorView& q, const TensorView& k, const TensorView& v,
+                                    const AttentionOptions& options) const {
   return dispatch(*op_, *vanilla_, *host_, q, k, v, options, RuntimeFlags::from_env(), /*execute=*/false).decision;
 }
 
@@ -32,26 +33,70 @@ AttentionGradients Attention::backward(const TensorView& q, const TensorView& k,
   if (!forward.lse)
     throw Error(ErrorCode::invalid_argument,
                 "backward: the forward output has no lse; call the forward with return_lse = true");
-  return backward(q, k, v, forward.attention_outputs, *forward.lse, dout, options);
+  return backward(q, k, v, forward.out, *forward.lse, dout, options);
+}
+
+void Attention::require_paged() const {
+  for (Backend b : {Backend::native, Backend::cpu, Backend::gpu, Backend::tpu})
+    if (op_->implements_paged(b)) return;
+  throw Error(ErrorCode::not_implemented,
+              "'" + op_->name() +
+                  "' does not serve paged batches: use the ragged_paged operator "
+                  "(registry().get(\"ragged_paged\"), alias \"paged\")");
+}
+
+AttentionOutput Attention::paged(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan) const {
+  require_paged();
+  return dispatch_paged(*op_, *host_, q, cache, plan, plan.options(), RuntimeFlags::from_env(),
+                        /*execute=*/true);
 }
 
 AttentionOutput Attention::paged(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan,
                                  const PagedAttentionOptions& options) const {
+  require_paged();
   return dispatch_paged(*op_, *host_, q, cache, plan, options, RuntimeFlags::from_env(), /*execute=*/true);
 }
 
 AttentionOutput Attention::paged(const TensorView& q, const PagedKVCache& cache, const RaggedBatch& batch,
                                  const PagedAttentionOptions& options) const {
+  require_paged();
   if (q.rank() != 3)
     throw Error(ErrorCode::shape_mismatch, "q: expected rank 3 [N, Hq, D], got " +
                                                (q.empty() ? std::string("none") : shape_string(q.shape())));
-  return paged(q, cache, plan_paged(batch, cache.spec(), q.dim(0), q.dim(1), options), options);
+  return paged(q, cache, plan_paged(batch, cache.spec(), q.dim(0), q.dim(1), options));
 }
 
-DispatchDecision Attention::explain_paged(const TensorView& q, const PagedKVCache& cache,
-                                          const PagedPlan& plan, const PagedAttentionOptions& options) const {
+DispatchDecision Attention::explain(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan) const {
+  require_paged();
+  return dispatch_paged(*op_, *host_, q, cache, plan, plan.options(), RuntimeFlags::from_env(),
+                        /*execute=*/false)
+      .decision;
+}
+
+DispatchDecision Attention::explain(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan,
+                                    const PagedAttentionOptions& options) const {
+  require_paged();
   return dispatch_paged(*op_, *host_, q, cache, plan, options, RuntimeFlags::from_env(), /*execute=*/false)
       .decision;
+}
+
+const OperationMetadata& Attention::metadata() const {
+  return op_->metadata();
+}
+std::vector<std::string> Attention::aliases() const {
+  return op_->aliases();
+}
+bool Attention::implements(Backend backend) const {
+  return op_->implements(backend);
+}
+bool Attention::implements_backward(Backend backend) const {
+  return op_->implements_backward(backend);
+}
+bool Attention::implements_paged(Backend backend) const {
+  return op_->implements_paged(backend);
+}
+bool Attention::returns_weights() const {
+  return op_->returns_weights();
 }
 
 Registry::Registry(std::shared_ptr<const Host> host) : host_(host ? std::move(host) : system_host()) {}

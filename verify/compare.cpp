@@ -1,5 +1,7 @@
 #include "verify/compare.h"
 
+#include "attnops/ext/problem.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>

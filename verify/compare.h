@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 #include "attnops/tensor.h"
 
 namespace attnops::verify {

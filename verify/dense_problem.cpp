@@ -313,7 +313,7 @@ DenseInputs materialize(const DenseSpec& s) {
     in.sinks = Tensor(DType::f32, {s.Hq});
     for (i64 h = 0; h < s.Hq; ++h)
       in.sinks->set(static_cast<std::size_t>(h), static_cast<float>(rng.real(-2, 2)));
-    o.softmax_aux = in.sinks->view();
+    o.sinks = in.sinks->view();
   }
   // Non-finite values, planted after everything else was drawn (and into the logical values,
   // before q / k / v are placed in their storage).

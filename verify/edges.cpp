@@ -13,8 +13,8 @@ const std::vector<Edge>& edge_table() {
       // Query rows.
       {"decode q_len", 1, kSeqQ, "operators: the decode fallback (q_len == 1)"},
       {"vanilla decode rows", 4, kSeqQ, "backends/cpu/vanilla_decode.h kDecodeMaxQ"},
-      {"paged stream q_len", 2, kSeqQ, "include/attnops/paged_problem.h kPagedStreamMaxQ"},
-      {"paged stream rows", 32, kSeqQ, "include/attnops/paged_problem.h kPagedStreamMaxRows (G * q_len)"},
+      {"paged stream q_len", 2, kSeqQ, "include/attnops/ext/paged_problem.h kPagedStreamMaxQ"},
+      {"paged stream rows", 32, kSeqQ, "include/attnops/ext/paged_problem.h kPagedStreamMaxRows (G * q_len)"},
       {"simd lanes", 16, kSeq | kHeadDim, "backends/cpu/simd16.h V16; tiled_common.h kQRows"},
       {"64-lane chunk", 64, kSeq,
        "backends/cpu/micro_kernels.h kMaxNC x 16 lanes (vanilla's 64-lane chunks)"},
@@ -76,7 +76,7 @@ std::vector<Edge> dynamic_edges(unsigned axis, const ShapeContext& c) {
                    "backends/cpu/vanilla_plan.cpp qc"});
     // Paged: a sequence is a stream item while G * q_len <= 32.
     out.push_back({"paged stream rows / G", std::max<std::int64_t>(1, 32 / G), kSeqQ,
-                   "include/attnops/paged_problem.h kPagedStreamMaxRows / G"});
+                   "include/attnops/ext/paged_problem.h kPagedStreamMaxRows / G"});
   }
   if (axis & kSeqK) {
     // call_threads.h: decode takes a second thread at 2 MiB of K/V per thread.

@@ -364,7 +364,7 @@ PagedInputs materialize(const PagedSpec& s) {
     in.sinks = Tensor(DType::f32, {s.Hq});
     for (i64 h = 0; h < s.Hq; ++h)
       in.sinks->set(static_cast<std::size_t>(h), static_cast<float>(rng.real(-2, 2)));
-    in.options.softmax_aux = in.sinks->view();
+    in.options.sinks = in.sinks->view();
   }
   for (const Injection& j : s.nonfinite) {
     std::vector<float>* target = j.tensor == 'q'   ? &qv

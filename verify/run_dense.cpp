@@ -4,6 +4,8 @@
 #include <memory>
 
 #include "attnops/backward.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 #include "backends/native/reference_backward.h"
 
@@ -51,7 +53,7 @@ std::vector<Tensor> grad_tensors(const AttentionGradients& g) {
 }
 
 std::vector<Tensor> out_tensors(const AttentionOutput& o) {
-  std::vector<Tensor> v{o.attention_outputs};
+  std::vector<Tensor> v{o.out};
   if (o.lse) v.push_back(*o.lse);
   if (o.attention_weights) v.push_back(*o.attention_weights);
   return v;
@@ -134,7 +136,7 @@ std::vector<Finding> run_dense(const RunSettings& rs, const DenseSpec& spec,
       out = attn(in.q, in.k, in.v, opts);
       ++tally.calls;
       ++tally.calls_by_target[t.op + " forward " + std::string(backend_name(t.backend)) + " " + t.kernel];
-      if (rs.tamper) rs.tamper(t, out.attention_outputs);
+      if (rs.tamper) rs.tamper(t, out.out);
     };
     // The forward's checks: decision, oracle, determinism, thread counts.
     const auto check_forward = [&](const AttentionOptions& opts, const AttentionOutput& out) {
@@ -144,7 +146,7 @@ std::vector<Finding> run_dense(const RunSettings& rs, const DenseSpec& spec,
         tally.skip("gpu variant " + t.kernel +
                    " not applicable here: the default variant ran (and was checked)");
       add(found, t, problem,
-          compare_values("out", out.attention_outputs, oracle.fwd.out, out_shape, oracle.tol.out));
+          compare_values("out", out.out, oracle.fwd.out, out_shape, oracle.tol.out));
       if (opts.return_lse) {
         if (!out.lse)
           found.push_back({t, {"lse", 0, 0, "return_lse was set but no lse came back"}, problem});
@@ -207,7 +209,7 @@ std::vector<Finding> run_dense(const RunSettings& rs, const DenseSpec& spec,
     add(found, t, problem, check_decision(t, g.decision, "", nullptr, empty));
     if (!oracle.grads) {
       const BackwardProblem bp =
-          make_backward_problem(in.q, in.k, in.v, fwd.attention_outputs, *fwd.lse, in.dout, o, md);
+          make_backward_problem(in.q, in.k, in.v, fwd.out, *fwd.lse, in.dout, o, md);
       oracle.grads = std::make_unique<native::ReferenceGradients>(native::reference_backward_f64(bp));
     }
     const native::ReferenceGradients& want = *oracle.grads;

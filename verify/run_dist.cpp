@@ -5,6 +5,8 @@
 
 #include "attnops/dist/local_communicator.h"
 #include "attnops/dist/sequence_parallel.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 #include "backends/native/reference_backward.h"
 
@@ -117,7 +119,7 @@ std::vector<Finding> run_dist(const RunSettings& rs, const DenseSpec& spec,
             std::optional<dist::DistGradients> g;
             if (backward) g = op.backward(comm, q, k, v, o, dist::shard(in.dout, ql, r), ro);
             const std::lock_guard<std::mutex> lock(mu);
-            dist::unshard_into(o.output.attention_outputs, ql, r, out, 1);
+            dist::unshard_into(o.output.out, ql, r, out, 1);
             dist::unshard_into(*o.output.lse, ql, r, lse, 2);
             decisions[static_cast<std::size_t>(r)] = o.output.decision;
             if (g) {
@@ -163,7 +165,7 @@ std::vector<Finding> run_dist(const RunSettings& rs, const DenseSpec& spec,
       }
       if (d.ranks == 1) {  // the local operator's own call, bitwise
         const AttentionOutput one = op.local()(in.q, in.k, in.v, opts);
-        if (auto m = bitwise("out", out, one.attention_outputs)) found.push_back({t, *m, problem});
+        if (auto m = bitwise("out", out, one.out)) found.push_back({t, *m, problem});
         if (auto m = bitwise("lse", lse, *one.lse)) found.push_back({t, *m, problem});
         ++tally.checks;
       }

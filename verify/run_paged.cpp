@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 
 namespace attnops::verify {
@@ -78,7 +79,7 @@ PagedOracle paged_oracle(const PagedSpec& spec, const PagedInputs& in, const Pag
     opts.sliding_window = spec.window;
     opts.chunk_size = spec.chunk;
     opts.logits_soft_cap = spec.soft_cap;
-    opts.softmax_aux = in.options.softmax_aux;
+    opts.sinks = in.options.sinks;
     const AttentionProblem p = make_problem(q, kv.k, kv.v, opts, md);
     const native::ReferenceResult r = native::reference_attention_f64(p, false);
     std::copy(r.out.begin(), r.out.end(), o.out.begin() + q0 * Hq * Dv);
@@ -183,7 +184,7 @@ std::vector<Finding> run_paged(const RunSettings& rs, const PagedSpec& spec,
       ++tally.calls;
       ++tally.calls_by_target["ragged_paged forward " + std::string(backend_name(t.backend)) + " " +
                               t.kernel + kind];
-      if (rs.tamper) rs.tamper(t, out.attention_outputs);
+      if (rs.tamper) rs.tamper(t, out.out);
     };
     AttentionOutput out;
     if (!guarded([&] { call(out); })) continue;
@@ -201,7 +202,7 @@ std::vector<Finding> run_paged(const RunSettings& rs, const PagedSpec& spec,
                         "shared_keys " + std::to_string(out.decision.run.shared_keys) + ", the plan has " +
                             std::to_string(plan.shared_keys()) + ": " + out.decision.to_json()},
                        problem});
-    if (auto m = compare_values("out", out.attention_outputs, oracle.out, out_shape, oracle.tol.out))
+    if (auto m = compare_values("out", out.out, oracle.out, out_shape, oracle.tol.out))
       found.push_back({t, *m, problem});
     if (spec.return_lse) {
       if (!out.lse)
@@ -210,13 +211,13 @@ std::vector<Finding> run_paged(const RunSettings& rs, const PagedSpec& spec,
         found.push_back({t, *m, problem});
     }
     ++tally.checks;
-    std::vector<Tensor> results{out.attention_outputs};
+    std::vector<Tensor> results{out.out};
     if (out.lse) results.push_back(*out.lse);
     if (repeat) {
       AttentionOutput again;
       if (guarded([&] { call(again); })) {
         for (std::size_t i = 0; i < results.size(); ++i) {
-          const Tensor& b = i == 0 ? again.attention_outputs : *again.lse;
+          const Tensor& b = i == 0 ? again.out : *again.lse;
           if (auto m = compare_bitwise(i == 0 ? "out" : "lse", results[i], b)) {
             m->what = "call-to-call determinism (" + m->what + ")";
             found.push_back({t, *m, problem});
@@ -233,14 +234,14 @@ std::vector<Finding> run_paged(const RunSettings& rs, const PagedSpec& spec,
       if (guarded([&] {
             other = attn.paged(in.q, in.cache, flipped, flipped_options);
             ++tally.calls;
-            if (rs.tamper) rs.tamper(t, other.attention_outputs);
+            if (rs.tamper) rs.tamper(t, other.out);
           })) {
         const std::string how = std::string("share_prefixes ") + (in.options.share_prefixes ? "on" : "off") +
                                 " vs " + (in.options.share_prefixes ? "off" : "on") + " (";
         for (std::size_t i = 0; i < results.size(); ++i) {
           if (i == 1 && !other.lse) break;
           if (auto m = compare_bitwise(i == 0 ? "out" : "lse", results[i],
-                                       i == 0 ? other.attention_outputs : *other.lse)) {
+                                       i == 0 ? other.out : *other.lse)) {
             m->what = how + m->what + ")";
             found.push_back({t, *m, problem});
           }
@@ -272,7 +273,7 @@ std::vector<Finding> run_paged(const RunSettings& rs, const PagedSpec& spec,
             one = attn.paged(q1, in.cache, p1, in.options);
             ++tally.calls;
           })) {
-        if (auto m = compare_bitwise_rows("out", out.attention_outputs, q0, one.attention_outputs)) {
+        if (auto m = compare_bitwise_rows("out", out.out, q0, one.out)) {
           m->what = "batch invariance (out, sequence " + std::to_string(alone) + " alone)";
           found.push_back({t, *m, problem});
         }

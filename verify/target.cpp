@@ -5,7 +5,7 @@
 #include <optional>
 
 #include "attnops/environment.h"
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops::verify {
 

@@ -4,6 +4,8 @@
 #include <vector>
 
 #include "attnops/error.h"
+#include "attnops/ext/paged_problem.h"
+#include "attnops/ext/problem.h"
 #include "attnops/kv_quant.h"
 
 namespace attnops::paged {
@@ -75,7 +77,7 @@ DenseSequence dense_sequence(const PagedProblem& p, std::int64_t s, std::int64_t
                              std::optional<DType> as) {
   if (p.on_device())
     throw Error(ErrorCode::invalid_argument, "paged: a device-resident input reached a host kernel");
-  const PagedPlan::Data& d = *p.batch;
+  const PagedPlanData& d = *p.batch;
   const auto si = static_cast<std::size_t>(s);
   const i64 kv = d.kv_len[si], ql = d.q_len[si], T = kv - first;
   const DType kt = as.value_or(p.dtype);
@@ -97,7 +99,7 @@ DenseSequence dense_sequence(const PagedProblem& p, std::int64_t s, std::int64_t
   x.options.sliding_window = d.window;
   x.options.chunk_size = d.chunk;
   x.options.logits_soft_cap = p.soft_cap;
-  if (p.sinks) x.options.softmax_aux = TensorView(p.sinks, DType::f32, {p.Hq});
+  if (p.sinks) x.options.sinks = TensorView(p.sinks, DType::f32, {p.Hq});
   x.options.return_lse = p.want_lse;
   x.metadata.softmax_scale = p.scale;
   x.metadata.num_threads = p.num_threads;
@@ -105,7 +107,7 @@ DenseSequence dense_sequence(const PagedProblem& p, std::int64_t s, std::int64_t
 }
 
 void gather_rows(const PagedProblem& p, std::int64_t s, DenseSequence& x, std::int64_t lo, std::int64_t hi) {
-  const PagedPlan::Data& d = *p.batch;
+  const PagedPlanData& d = *p.batch;
   const std::int32_t* pages = d.page_ids.data() + d.page_begin[static_cast<std::size_t>(s)];
   const i64 es = static_cast<i64>(dtype_size(x.k.dtype()));
   char* k = static_cast<char*>(x.k.data()) + lo * p.Hkv * p.D * es;
@@ -126,7 +128,7 @@ void scatter_outputs(const PagedProblem& p, std::int64_t s, const AttentionBuffe
 
 void scatter_rows(const PagedProblem& p, std::int64_t s, const AttentionBuffers& dense, PagedBuffers& out,
                   std::int64_t lo, std::int64_t hi) {
-  const PagedPlan::Data& d = *p.batch;
+  const PagedPlanData& d = *p.batch;
   const auto si = static_cast<std::size_t>(s);
   const i64 q0 = d.q_begin[si], ql = d.q_len[si];
   const i64 elems = p.Hq * p.Dv, row = elems * static_cast<i64>(dtype_size(p.dtype));

@@ -8,8 +8,8 @@
 #include <optional>
 
 #include "attnops/options.h"
-#include "attnops/paged_problem.h"
-#include "attnops/problem.h"
+#include "attnops/ext/paged_problem.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops::paged {
 

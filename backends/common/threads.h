@@ -7,7 +7,7 @@
 
 #include <algorithm>
 
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops {
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "attnops/ext/problem.h"
 #include "backends/common/threads.h"
 
 namespace attnops::cpu {

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <string>
 
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops::cpu {
 

@@ -10,6 +10,8 @@
 #include <string>
 
 #include "attnops/error.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/common/threads.h"
 #include "backends/cpu/call_threads.h"

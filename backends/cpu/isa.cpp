@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "attnops/environment.h"
+#include "attnops/ext/environment.h"
 #include "attnops/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -254,7 +255,7 @@ const IsaChoice& current_isa_choice() {
     IsaChoice choice;
   };
   thread_local Cached cached;
-  const std::uint64_t g = environment().generation;
+  const std::uint64_t g = environment_generation();
   if (cached.generation != g) {
     cached.choice = choose_isa();
     cached.generation = g;

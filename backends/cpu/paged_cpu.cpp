@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "attnops/error.h"
+#include "attnops/ext/paged_problem.h"
+#include "attnops/ext/problem.h"
 #include "attnops/kv_quant.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/common/paged_gather.h"
@@ -27,7 +29,7 @@ using i64 = std::int64_t;
 
 // Whether sequence s's output rows are all finite.
 bool rows_finite(const PagedProblem& p, const PagedBuffers& b, i64 s) {
-  const PagedPlan::Data& d = *p.batch;
+  const PagedPlanData& d = *p.batch;
   const auto si = static_cast<std::size_t>(s);
   const i64 es = static_cast<i64>(dtype_size(p.dtype));
   const TensorView rows(static_cast<const char*>(b.out.data()) + d.q_begin[si] * p.Hq * p.Dv * es, p.dtype,
@@ -39,7 +41,7 @@ bool rows_finite(const PagedProblem& p, const PagedBuffers& b, i64 s) {
 // codes always are, e4m3 ones unless S.1111.111; the scales are checked when the cache is made).
 bool values_finite(const PagedProblem& p, i64 s, i64 lo, i64 hi) {
   if (p.kv_dtype == DType::i8) return true;
-  const PagedPlan::Data& d = *p.batch;
+  const PagedPlanData& d = *p.batch;
   const std::int32_t* pages = d.page_ids.data() + d.page_begin[static_cast<std::size_t>(s)];
   const i64 es = static_cast<i64>(dtype_size(p.kv_dtype)), ps = p.page_size;
   for (i64 j = lo; j < hi; ++j) {
@@ -105,7 +107,7 @@ std::optional<DType> tile_gather_dtype(const PagedProblem& p, i64 s, i64 first) 
   const float code_max = p.kv_dtype == DType::i8 ? 128.f : kv_code_max(p.kv_dtype);
   float scale_max = std::max(p.k_scale, p.v_scale);
   if (p.per_token_scales()) {
-    const PagedPlan::Data& d = *p.batch;
+    const PagedPlanData& d = *p.batch;
     const auto si = static_cast<std::size_t>(s);
     const std::int32_t* pages = d.page_ids.data() + d.page_begin[si];
     const auto* ks = static_cast<const float*>(p.k_scales.data());
@@ -207,7 +209,7 @@ void run_paged(const PagedProblem& p, PagedBuffers& buffers, std::optional<Force
         "cpu paged_attention: dtype " + std::string(dtype_name(p.dtype)) + ", expected f32, f16 or bf16");
   IsaChoice forced_choice;
   const IsaChoice& c = forced ? (forced_choice = choose_forced_tier(*forced)) : current_isa_choice();
-  const PagedPlan::Data& d = *p.batch;
+  const PagedPlanData& d = *p.batch;
   const int threads = worker_threads(p.num_threads);
   // The tile items run the tiled kernel on the same tier (a forced one's table included).
   const ForcedTier tier = forced ? *forced : ForcedTier(c.tier);

@@ -10,7 +10,7 @@
 // (PagedProblem::guard_nonfinite_v); other sequences never pay for it or see it.
 #pragma once
 
-#include "attnops/paged_problem.h"
+#include "attnops/ext/paged_problem.h"
 #include "backends/cpu/isa.h"
 
 namespace attnops::cpu {

@@ -34,7 +34,7 @@
 #include <memory>
 #include <vector>
 
-#include "attnops/paged_problem.h"
+#include "attnops/ext/paged_problem.h"
 #include "backends/common/softmax_policy.h"
 #include "backends/cpu/aligned.h"
 #include "backends/cpu/paged_simd.h"
@@ -75,7 +75,7 @@ struct Merge {
 // Everything one call shares between its tasks.
 struct StreamJob {
   const PagedProblem& p;
-  const PagedPlan::Data& d;
+  const PagedPlanData& d;
   PagedBuffers& buffers;
   i64 G = 1;
   bool guard = false;
@@ -214,7 +214,7 @@ void run_block(const StreamJob& job, StreamScratch& w, i64 R, bool all_see_all, 
 template <DType KT, bool kSkipZeros>
 void run_chunk(StreamJob& job, StreamScratch& w, const Task& t, i64 m0, i64 m1) {
   const PagedProblem& p = job.p;
-  const PagedPlan::Data& d = job.d;
+  const PagedPlanData& d = job.d;
   const i64 G = job.G, D = p.D, Dv = p.Dv, Hkv = p.Hkv;
   i64 R = 0;  // rows per kv head
   for (i64 m = m0; m < m1; ++m) R += G * job.members[static_cast<std::size_t>(m)].ql;
@@ -353,7 +353,7 @@ struct StreamRun {
 // first use: its first partial row, or -1.
 i64 part_of(StreamJob& job, i64* part, i64 s, i64& rows, bool shared_counts) {
   const auto si = static_cast<std::size_t>(s);
-  const PagedPlan::Data& d = job.d;
+  const PagedPlanData& d = job.d;
   if (part[si] != -2) return part[si];
   const i64 splits = d.num_splits[si];
   if (splits <= 1 && !(shared_counts && d.in_shared[si])) return part[si] = -1;
@@ -368,7 +368,7 @@ i64 part_of(StreamJob& job, i64* part, i64 s, i64& rows, bool shared_counts) {
 
 void* paged_stream_begin(const PagedProblem& p, PagedBuffers& buffers, int threads, const std::int32_t* items,
                          std::int64_t n_items, bool guard) {
-  const PagedPlan::Data& d = *p.batch;
+  const PagedPlanData& d = *p.batch;
   auto run = std::unique_ptr<StreamRun>(
       new StreamRun{StreamJob{p, d, buffers, p.group(), guard, {}, {}, {}, {}, {}}, {}, {}});
   StreamJob& job = run->job;

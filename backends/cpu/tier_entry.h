@@ -8,7 +8,9 @@
 
 #include <cstdint>
 
-#include "attnops/problem.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/paged_problem.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops {
 struct BlockMap;

@@ -6,7 +6,9 @@
 // picks a table with tier_kernels(Isa) and calls through it. Adding a kernel: see README.md.
 #pragma once
 
-#include "attnops/problem.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/paged_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/cpu/isa.h"
 
 namespace attnops {

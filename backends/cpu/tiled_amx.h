@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "attnops/ext/problem.h"
 #include "backends/cpu/amx_tiles.h"
 #include "backends/cpu/pool_for.h"
 #include "backends/cpu/simd16_bf16.h"

@@ -41,6 +41,8 @@
 #include <vector>
 
 #include "attnops/backward.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/common/threads.h"
 #include "backends/cpu/aligned.h"

@@ -8,6 +8,7 @@
 #pragma once
 
 #include "attnops/backward.h"
+#include "attnops/ext/backward_problem.h"
 #include "backends/common/block_map.h"
 #include "backends/cpu/isa.h"
 

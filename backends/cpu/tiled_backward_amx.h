@@ -25,6 +25,8 @@
 #include <cstring>
 
 #include "attnops/backward.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/cpu/aligned.h"
 #include "backends/cpu/pool_for.h"
 #include "backends/cpu/simd16_bf16.h"

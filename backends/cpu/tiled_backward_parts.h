@@ -13,6 +13,8 @@
 #include <limits>
 
 #include "attnops/backward.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/cpu/aligned.h"
 #include "backends/cpu/micro_kernels.h"

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "attnops/ext/problem.h"
 #include "backends/cpu/micro_kernels.h"
 #include "backends/cpu/simd16_bf16.h"
 #include "backends/cpu/tiled_common.h"

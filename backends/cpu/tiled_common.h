@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/cpu/aligned.h"
 #include "backends/cpu/simd16.h"

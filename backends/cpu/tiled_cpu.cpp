@@ -33,6 +33,7 @@
 #include <span>
 #include <vector>
 
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/common/softmax_policy.h"
 #include "backends/common/threads.h"

@@ -4,7 +4,7 @@
 // (isa.h: detected, capped by ATTNOPS_CPU_ISA) and reports it in buffers.run.
 #pragma once
 
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map.h"
 #include "backends/cpu/isa.h"
 

@@ -36,6 +36,7 @@
 #include <limits>
 #include <vector>
 
+#include "attnops/ext/problem.h"
 #include "backends/common/softmax_policy.h"
 #include "backends/common/work_pool.h"
 #include "backends/cpu/aligned.h"

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/cpu/isa.h"
 
 namespace attnops::cpu {

@@ -26,6 +26,7 @@
 #include <memory>
 #include <new>
 
+#include "attnops/ext/problem.h"
 #include "backends/common/call_scratch.h"
 #include "backends/common/softmax_policy.h"
 #include "backends/common/work_pool.h"

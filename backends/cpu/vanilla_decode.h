@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops::cpu {
 

@@ -6,6 +6,8 @@
 
 #include "backends/cpu/vanilla_cpu.h"
 
+#include "attnops/ext/problem.h"
+
 namespace attnops::cpu {
 
 namespace {

@@ -15,7 +15,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/softmax_policy.h"
 #include "backends/cpu/vanilla_simd.h"
 

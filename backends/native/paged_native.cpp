@@ -1,12 +1,14 @@
 #include "backends/native/paged_native.h"
 
+#include "attnops/ext/paged_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/paged_gather.h"
 #include "backends/native/reference.h"
 
 namespace attnops::native {
 
 void paged_reference(const PagedProblem& p, PagedBuffers& buffers) {
-  const PagedPlan::Data& d = *p.batch;
+  const PagedPlanData& d = *p.batch;
   for (std::int64_t s = 0; s < d.S; ++s) {
     if (d.q_len[static_cast<std::size_t>(s)] == 0) continue;  // q_len >= 1 implies kv_len >= 1
     // An 8-bit cache: its values in f32, exactly gather()'s; q widened to f32 (exact).

@@ -3,7 +3,7 @@
 // options, so a sequence's result is bitwise the dense native call on its keys.
 #pragma once
 
-#include "attnops/paged_problem.h"
+#include "attnops/ext/paged_problem.h"
 
 namespace attnops::native {
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "attnops/ext/problem.h"
 #include "backends/common/softmax_policy.h"
 
 namespace attnops::native {

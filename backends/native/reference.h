@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops::native {
 

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <limits>
 
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/softmax_policy.h"
 #include "backends/native/reference.h"
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "attnops/backward.h"
+#include "attnops/ext/backward_problem.h"
 
 namespace attnops::native {
 

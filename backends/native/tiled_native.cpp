@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attnops/error.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/common/softmax_policy.h"
 

@@ -3,7 +3,7 @@
 // FlashAttn2 forward_native. Skips empty blocks of the map, evaluates no mask on full blocks.
 #pragma once
 
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map.h"
 
 namespace attnops::native {

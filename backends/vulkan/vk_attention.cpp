@@ -12,6 +12,8 @@
 #include <tuple>
 
 #include "attnops/error.h"
+#include "attnops/ext/device_storage.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/vulkan/vk_batch.h"
 #include "backends/vulkan/vk_kernel_select.h"

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "attnops/decision.h"
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map.h"
 #include "backends/vulkan/vk_instance.h"
 #include "backends/vulkan/vk_kernel_select.h"

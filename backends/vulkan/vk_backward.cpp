@@ -19,6 +19,8 @@
 #include <vector>
 
 #include "attnops/error.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/vulkan/vk_attention.h"
 #include "backends/vulkan/vk_batch.h"

@@ -6,6 +6,7 @@
 
 #include "attnops/backward.h"
 #include "attnops/decision.h"
+#include "attnops/ext/backward_problem.h"
 #include "backends/vulkan/vk_instance.h"
 
 namespace attnops::vulkan {

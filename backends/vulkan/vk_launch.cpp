@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "attnops/error.h"
+#include "attnops/ext/problem.h"
 #include "backends/vulkan/vk_attention.h"
 
 namespace attnops::vulkan {

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/vulkan/vk_device.h"
 #include "backends/vulkan/vk_kernel_select.h"

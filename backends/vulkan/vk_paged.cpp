@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "attnops/error.h"
+#include "attnops/ext/device_storage.h"
+#include "attnops/ext/paged_problem.h"
 #include "backends/vulkan/vk_attention.h"
 #include "backends/vulkan/vk_batch.h"
 #include "backends/vulkan/vk_instance.h"
@@ -225,7 +227,7 @@ void run_paged(const PagedProblem& p, const GpuSettings& settings, PagedBuffers&
   const bool out_on_device = p.q.on_device();
   const std::shared_ptr<rt::Device> dev = rt::device(settings);  // backend_unavailable without a device
   const rt::PhysicalDevice& pd = dev->physical();
-  const PagedPlan::Data& d = *p.batch;
+  const PagedPlanData& d = *p.batch;
   std::string no_decode;
   const std::optional<paged::DecodeTiles> tiles = tiles_for(p, pd, &no_decode);
   const WorkList work = paged::build_work(d, p.group(), tiles ? &*tiles : nullptr);

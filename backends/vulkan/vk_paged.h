@@ -16,7 +16,7 @@
 
 #include "attnops/decision.h"
 #include "attnops/metadata.h"
-#include "attnops/paged_problem.h"
+#include "attnops/ext/paged_problem.h"
 
 namespace attnops::vulkan {
 

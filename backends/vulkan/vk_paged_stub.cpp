@@ -1,5 +1,6 @@
 // The Vulkan paged forward when the backend is not built (vulkan_stub.cpp's twin for vk_paged.h).
 #include "attnops/error.h"
+#include "attnops/ext/paged_problem.h"
 #include "backends/vulkan/vk_paged.h"
 
 namespace attnops::vulkan {

@@ -1,5 +1,7 @@
 #include "backends/vulkan/vk_paged_work.h"
 
+#include "attnops/ext/paged_problem.h"
+
 #include <algorithm>
 
 namespace attnops::vulkan::paged {
@@ -56,7 +58,7 @@ std::optional<DecodeTiles> decode_tiles(const DeviceDesc& dev, const PagedProble
   return t;
 }
 
-WorkList build_work(const PagedPlan::Data& d, std::int64_t G, const DecodeTiles* decode) {
+WorkList build_work(const PagedPlanData& d, std::int64_t G, const DecodeTiles* decode) {
   WorkList w;
   w.row_slots.assign(static_cast<std::size_t>(2 * d.N), 0);
   w.row_ranges.assign(static_cast<std::size_t>(2 * d.N), 0);

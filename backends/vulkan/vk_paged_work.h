@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "attnops/paged_problem.h"
+#include "attnops/ext/paged_problem.h"
 #include "backends/vulkan/vk_device_desc.h"
 
 namespace attnops::vulkan::paged {
@@ -47,6 +47,6 @@ struct WorkList {
 };
 // decode: the decode kernel's tiles (stream sequences become units), or null (they become tile
 // tasks cut at their splits, the row-wise path).
-WorkList build_work(const PagedPlan::Data& d, std::int64_t group, const DecodeTiles* decode);
+WorkList build_work(const PagedPlanData& d, std::int64_t group, const DecodeTiles* decode);
 
 }  // namespace attnops::vulkan::paged

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <optional>
 
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/vulkan/vk_attention.h"
 #include "backends/vulkan/vk_tile_plan.h"
 

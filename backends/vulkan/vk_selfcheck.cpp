@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "attnops/error.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 #include "backends/vulkan/vk_attention.h"
 #include "backends/vulkan/vk_device.h"
@@ -243,7 +244,7 @@ CheckCase make_check_case(const AttentionProblem& call, const Selection& s) {
   o.causal = true;
   o.sliding_window = Window{tile.bk, 0};
   o.bias = c.bias.view();
-  o.softmax_aux = c.sinks.view();
+  o.sinks = c.sinks.view();
   o.return_lse = true;
   c.p = make_problem(c.q, c.k, c.v, o, OperationMetadata{});
   return c;

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "attnops/metadata.h"
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/vulkan/vk_instance.h"
 #include "backends/vulkan/vk_kernel_select.h"
 #include "backends/vulkan/vulkan_backend.h"

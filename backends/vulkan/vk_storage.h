@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attnops/device_tensor.h"
+#include "attnops/ext/device_storage.h"
 #include "backends/vulkan/vk_device.h"
 
 namespace attnops::vulkan::rt {

@@ -7,6 +7,8 @@
 #include <chrono>
 
 #include "attnops/error.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/vulkan/vk_attention.h"
 #include "backends/vulkan/vk_backward.h"
 #include "backends/vulkan/vk_runtime.h"

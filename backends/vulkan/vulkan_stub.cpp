@@ -2,6 +2,8 @@
 // configure time): no devices, never available, run() throws Error(backend_unavailable).
 #include "attnops/device_tensor.h"
 #include "attnops/error.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/vulkan/vulkan_backend.h"
 #include "backends/vulkan/vulkan_debug.h"
 #include "backends/vulkan/vulkan_sgemm.h"

@@ -163,7 +163,7 @@ int run(World& world, const DistRunArgs& a) {
   const Tensor v = scatter_shard(comm, ptr(kV), meta_of(h, kV), kl, 1, 3);
   std::optional<Tensor> sinks, seg_q, seg_kv, dout;
   if (h.rank[kSinks])
-    opts.softmax_aux = (sinks = broadcast_tensor(comm, ptr(kSinks), meta_of(h, kSinks)))->view();
+    opts.sinks = (sinks = broadcast_tensor(comm, ptr(kSinks), meta_of(h, kSinks)))->view();
   if (h.rank[kSegQ]) {
     opts.segment_ids_q = (seg_q = scatter_shard(comm, ptr(kSegQ), meta_of(h, kSegQ), ql, 1, 4))->view();
     opts.segment_ids_kv = (seg_kv = scatter_shard(comm, ptr(kSegKv), meta_of(h, kSegKv), kl, 1, 5))->view();
@@ -176,7 +176,7 @@ int run(World& world, const DistRunArgs& a) {
   if (dout) g = attn.backward(comm, q, k, v, r, *dout, opts);
 
   // Results to rank 0, which writes them.
-  const std::optional<Tensor> out = gather_shards(comm, r.output.attention_outputs, ql, 1, 11);
+  const std::optional<Tensor> out = gather_shards(comm, r.output.out, ql, 1, 11);
   std::optional<Tensor> lse;
   if (lse_file >= 0 || a.lse_out.size()) lse = gather_shards(comm, *r.output.lse, ql, 2, 12);
   GradientFiles grads;

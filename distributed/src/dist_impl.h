@@ -7,6 +7,8 @@
 #include <string>
 
 #include "attnops/dist/sequence_parallel.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops::dist::detail {
 

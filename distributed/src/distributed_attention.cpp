@@ -7,6 +7,9 @@
 
 #include "attnops/environment.h"
 #include "attnops/error.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/operation.h"
+#include "attnops/ext/problem.h"
 #include "dist_impl.h"
 
 namespace attnops::dist {
@@ -246,7 +249,7 @@ DistGradients DistributedAttention::backward(Communicator& comm, const TensorVie
   // The local backward never runs on native (get above): with native forced, or with every other
   // backend disabled by the config, no local call could run; say why instead of the dispatcher's
   // "disabled by config" for native.
-  const std::vector<Backend>& off = local_.op().metadata().disabled_backends;
+  const std::vector<Backend>& off = local_.metadata().disabled_backends;
   const auto disabled = [&](Backend b) { return std::find(off.begin(), off.end(), b) != off.end(); };
   const bool native_only = disabled(Backend::cpu) && disabled(Backend::gpu);
   if (ring && comm.size() > 1 && (force_native() || native_only)) {
@@ -275,7 +278,7 @@ DistGradients DistributedAttention::backward(Communicator& comm, const TensorVie
                                              const TensorView& dout, const AttentionOptions& options) const {
   if (!forward.output.lse)
     throw Error(ErrorCode::invalid_argument, name_ + ": backward: the forward output has no lse");
-  return backward(comm, q, k, v, forward.output.attention_outputs, *forward.output.lse, dout, options);
+  return backward(comm, q, k, v, forward.output.out, *forward.output.lse, dout, options);
 }
 
 }  // namespace attnops::dist

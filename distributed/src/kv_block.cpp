@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "attnops/error.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops::dist::detail {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "attnops/dtype.h"
-#include "attnops/problem.h"
+#include "attnops/ext/problem.h"
 #include "attnops/tensor.h"
 #include "ring_plan.h"
 

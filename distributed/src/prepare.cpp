@@ -6,6 +6,9 @@
 
 #include "dist_impl.h"
 
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
+
 namespace attnops::dist::detail {
 
 namespace {
@@ -101,7 +104,7 @@ void check_supported(const std::string& what, const AttentionOptions& o, const T
 }
 
 int merge_threads(const Attention& local) {
-  const int n = local.op().metadata().num_threads;
+  const int n = local.metadata().num_threads;
   return std::clamp(n > 0 ? n : omp_get_max_threads(), 1, max_worker_threads());
 }
 
@@ -139,7 +142,7 @@ Prepared prepare(Communicator& comm, const std::string& what, const Attention& l
     check_supported(what, options, q, k, v);
     AttentionOptions o = options;
     o.return_lse = true;
-    out.p = make_problem(q, k, v, o, local.op().metadata());
+    out.p = make_problem(q, k, v, o, local.metadata());
   } catch (const Error& e) {
     mine = failure(e);
   }
@@ -159,7 +162,7 @@ PreparedBackward prepare_backward(Communicator& comm, const std::string& what, c
   try {
     if (!extra_error.empty()) throw Error(static_cast<ErrorCode>(extra_code), extra_error);
     check_supported(what, options, q, k, v);
-    out.bp = make_backward_problem(q, k, v, out_t, lse, dout, options, local.op().metadata());
+    out.bp = make_backward_problem(q, k, v, out_t, lse, dout, options, local.metadata());
   } catch (const Error& e) {
     mine = failure(e);
   }

@@ -12,6 +12,8 @@
 #include <limits>
 
 #include "attnops/error.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "dist_impl.h"
 #include "kv_ring.h"
 #include "lse_merge.h"
@@ -301,7 +303,7 @@ DistGradients ring_backward(Communicator& comm, const Attention& local, const Di
   r.gradients.dsinks = dsinks;
   stats.total_ms = total.ms();
   finish_totals(stats);
-  if (!have_local) first_local = local.plan(p.q, p.k, p.v, base);  // this rank's rows see no key at all
+  if (!have_local) first_local = local.explain(p.q, p.k, p.v, base);  // this rank's rows see no key at all
   r.gradients.decision = distributed_decision("ring", stats, first_local, Pass::backward);
   r.stats = std::move(stats);
   return r;

@@ -2,6 +2,7 @@
 // next keys travel while the local calls run on the current ones and their results merge into
 // the rank's rows by log-sum-exp. Sinks are folded in once at the end.
 #include "attnops/error.h"
+#include "attnops/ext/problem.h"
 #include "dist_impl.h"
 #include "kv_ring.h"
 #include "lse_merge.h"
@@ -52,7 +53,7 @@ DistOutput ring_forward(Communicator& comm, const Attention& local, const DistSe
               local(p.q.slice(1, r0, r1), kv.k_view(shape, c.c0, c.c1), kv.v_view(shape, c.c0, c.c1), o);
           if (!have_local) first_local = r.decision, have_local = true;
           if (!r.lse) throw Error(ErrorCode::internal, "ring: the local operator returned no lse");
-          state.merge(r0, r.attention_outputs, *r.lse, in.threads);
+          state.merge(r0, r.out, *r.lse, in.threads);
           ++st.calls;
         }
       }
@@ -68,11 +69,11 @@ DistOutput ring_forward(Communicator& comm, const Attention& local, const DistSe
   state.fold_sinks(p.sinks);
 
   DistOutput r;
-  r.output.attention_outputs = state.out(p.dtype);
+  r.output.out = state.out(p.dtype);
   r.output.lse = state.lse();
   stats.total_ms = total.ms();
   finish_totals(stats);
-  if (!have_local) first_local = local.plan(p.q, p.k, p.v, base);  // this rank's rows see no key at all
+  if (!have_local) first_local = local.explain(p.q, p.k, p.v, base);  // this rank's rows see no key at all
   r.output.decision = distributed_decision("ring", stats, first_local, Pass::forward);
   r.stats = std::move(stats);
   return r;

@@ -7,6 +7,8 @@
 #include <cstring>
 
 #include "attnops/error.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "dist_impl.h"
 
 namespace attnops::dist::detail {
@@ -268,7 +270,7 @@ AttentionOptions local_options(const AttentionOptions& user, const Split& s,
   const Heads h = s.mine();
   if (o.mask) o.mask = slice_heads(*o.mask, h.q_lo, h.q_hi);
   if (seg_q) o.segment_ids_q = seg_q->view(), o.segment_ids_kv = seg_kv->view();
-  if (sinks) o.softmax_aux = TensorView(sinks + h.q_lo, DType::f32, {h.q_hi - h.q_lo});
+  if (sinks) o.sinks = TensorView(sinks + h.q_lo, DType::f32, {h.q_hi - h.q_lo}), o.softmax_aux.reset();
   o.return_lse = true;
   o.return_weights = false;
   return o;
@@ -322,7 +324,7 @@ DistOutput ulysses_forward(Communicator& comm, const Attention& local, Prepared&
   }
   ex.layout();
   Stopwatch pack;
-  const Tensor& o_h = r.attention_outputs;
+  const Tensor& o_h = r.out;
   for (int d = 0; d < s.P; ++d) {
     // Block for rank d: lse [B, hq, n_d] f32 first (4-byte aligned), then out [B, n_d, hq, Dv].
     char* at = ex.send.data() + ex.send_off[static_cast<std::size_t>(d)];
@@ -360,7 +362,7 @@ DistOutput ulysses_forward(Communicator& comm, const Attention& local, Prepared&
   stats.steps.push_back(out_st);
 
   DistOutput res;
-  res.output.attention_outputs = out;
+  res.output.out = out;
   res.output.lse = lse;
   stats.total_ms = total.ms();
   finish_totals(stats);

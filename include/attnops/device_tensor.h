@@ -1,13 +1,13 @@
 // DeviceTensor: a tensor kept in GPU memory between calls, with Tensor's shape, stride and view
 // rules. Operators take device tensors wherever they take host tensors (a DeviceTensor converts
 // to a TensorView that is on_device()); a call whose q is on the device leaves its output there
-// (AttentionOutput::device_attention_outputs).
+// (AttentionOutput::device_out).
 //
 //   auto cache_k = attnops::DeviceTensor::zeros(DType::f16, {B, Tmax, Hkv, D}, gpu);  // KV cache
 //   cache_k.slice(1, 0, T).copy_from(k_prefill);      // writes rows [0, T): only those bytes move
 //   auto out = attn(q, cache_k.slice(1, 0, T), cache_v.slice(1, 0, T));  // a view: no copy
 //   cache_k.slice(1, T, T + 1).copy_from(k_step);     // append one row; the rest stays put
-//   attnops::Tensor host = out.device_attention_outputs.to_host();
+//   attnops::Tensor host = out.device_out.to_host();
 //
 // Device memory belongs to the process's GPU state: after attnops::release_gpu() (gpu.h) a
 // device tensor can no longer be read or used (Error gpu_error), only destroyed.
@@ -26,21 +26,9 @@
 
 namespace attnops {
 
-// GPU memory that device tensors view; implemented by the GPU backend.
-class DeviceStorage {
- public:
-  virtual ~DeviceStorage() = default;
-  virtual std::size_t nbytes() const = 0;
-  virtual std::string describe() const = 0;  // e.g. "Vulkan device [0] llvmpipe (LLVM 15.0.6, 256 bits)"
-  // Byte ranges of this storage copied from / to host memory, all in one submission.
-  struct Copy {
-    std::size_t device_offset = 0, bytes = 0;
-    const void* src = nullptr;  // write(): host source
-    void* dst = nullptr;        // read(): host destination
-  };
-  virtual void write(const std::vector<Copy>& copies) = 0;
-  virtual void read(const std::vector<Copy>& copies) const = 0;
-};
+// GPU memory that device tensors view: opaque here, implemented by the GPU backend
+// (attnops/ext/device_storage.h).
+class DeviceStorage;
 
 class DeviceTensor {
  public:
@@ -73,6 +61,9 @@ class DeviceTensor {
   bool is_contiguous() const { return view().is_contiguous(); }
   std::int64_t offset() const { return offset_; }  // of element 0, in elements from the storage start
   const std::shared_ptr<DeviceStorage>& storage() const { return storage_; }
+  // The device that holds it, e.g. "Vulkan device [0] llvmpipe (LLVM 15.0.6, 256 bits)"; empty
+  // for an empty tensor.
+  std::string device() const;
 
   // For backends: a device tensor over `storage` (contiguous, from element 0).
   DeviceTensor(std::shared_ptr<DeviceStorage> storage, DType dtype, const std::vector<std::int64_t>& shape);

@@ -24,7 +24,6 @@ struct EnvironmentSettings {
   bool log_dispatch = false;
   bool profile = false;
   std::optional<std::string> cpu_isa;  // ATTNOPS_CPU_ISA as set (unset: nullopt)
-  std::uint64_t generation = 0;        // 1 for the first read, +1 per reload (for caches keyed on it)
 
   // force_native, or Error(invalid_argument) naming the variable when its value is invalid.
   bool forced_native() const;

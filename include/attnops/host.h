@@ -73,4 +73,8 @@ class Host {
 // The real host (cpuid + Vulkan loader), shared process-wide; probes are cached.
 std::shared_ptr<const Host> system_host();
 
+// The most worker threads one call uses: this machine's hardware threads (at least 1). A larger
+// num_threads (metadata, YAML, --threads) and a larger OpenMP default are clamped to it.
+int max_worker_threads();
+
 }  // namespace attnops

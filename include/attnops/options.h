@@ -31,7 +31,8 @@ struct AttentionOptions {
   std::optional<TensorView> segment_ids_kv{};  // [B, Tk] i32 or i64
   std::optional<TensorView> bias{};            // additive, [B|1, Hq|1, Tq, Tk], float dtypes
   std::optional<double> logits_soft_cap{};     // s = cap * tanh(s / cap), cap > 0
-  std::optional<TensorView> softmax_aux{};     // sinks: one logit per q head, [Hq]
+  std::optional<TensorView> sinks{};           // one logit per q head, [Hq] (see README, Semantics)
+  std::optional<TensorView> softmax_aux{};     // EasyDeL's name for sinks: set one (both: Error)
   std::optional<Mask> mask{};                  // extra static mask, ANDed with the above
   bool return_lse = false;                   // lse [B, Hq, Tq] f32 (natural log; -inf if empty)
   bool return_weights = false;               // probabilities [B, Hq, Tq, Tk] f32; vanilla only
@@ -48,12 +49,19 @@ struct AttentionOptions {
   // exactly it (as the CLI's --backend does); those it does not name follow in the auto order.
 };
 
+// What a call returns. The output is `out` (as in Python and the README); EasyDeL's spelling
+// attention_outputs() / device_attention_outputs() names the same tensors.
 struct AttentionOutput {
-  Tensor attention_outputs;                 // [B, Tq, Hq, Dv], in the runtime dtype (empty when on the device)
-  DeviceTensor device_attention_outputs;    // the same, when q was a device tensor (gpu only)
+  Tensor out;                               // [B, Tq, Hq, Dv], in the runtime dtype (empty when on the device)
+  DeviceTensor device_out;                  // the same, when q was a device tensor (gpu only)
   std::optional<Tensor> lse;                // [B, Hq, Tq] f32 when return_lse
   std::optional<Tensor> attention_weights;  // [B, Hq, Tq, Tk] f32 when return_weights
   DispatchDecision decision;                // which operator and backend ran, and why
+
+  Tensor& attention_outputs() { return out; }
+  const Tensor& attention_outputs() const { return out; }
+  DeviceTensor& device_attention_outputs() { return device_out; }
+  const DeviceTensor& device_attention_outputs() const { return device_out; }
 };
 
 }  // namespace attnops

@@ -23,7 +23,7 @@
 //   cache.write(k_new, v_new, slot_mapping);                 // this step's new tokens, every layer
 //   attnops::PagedPlan plan = attnops::plan_paged(batch, cache.spec(), N, Hq, opts);  // once per step
 //   auto attn = attnops::registry().get("paged");
-//   AttentionOutput o = attn.paged(q, cache, plan, opts);    // every layer reuses the plan
+//   AttentionOutput o = attn.paged(q, cache, plan);          // every layer reuses the plan and its opts
 //
 // The caller owns page allocation (as FlashInfer): attnops never frees, moves or allocates pages.
 #pragma once
@@ -165,7 +165,8 @@ struct PagedAttentionOptions {
   std::optional<Window> sliding_window{};    // (left, right), both >= 0
   std::optional<std::int64_t> chunk_size{};  // chunked causal, >= 1
   std::optional<double> logits_soft_cap{};   // s = cap * tanh(s / cap), cap > 0
-  std::optional<TensorView> softmax_aux{};   // sinks: one logit per q head, [Hq]
+  std::optional<TensorView> sinks{};         // one logit per q head, [Hq]
+  std::optional<TensorView> softmax_aux{};   // EasyDeL's name for sinks: set one (both: Error)
   bool return_lse = false;                   // lse [N, Hq] f32
   // Batch invariance: a sequence's keys are split into ranges of this many tokens (from key 0),
   // computed independently and merged in range order. The split depends only on the sequence,
@@ -215,9 +216,13 @@ struct PagedSharedMember {
   std::int32_t seq = 0, split = 0;
 };
 
-// A validated batch and its work list, built once per model step on the host and reused by every
-// layer (every call with the same batch, cache shape, q shape and mask options). Immutable;
-// copies share the data. Index arrays are copied in: the batch's tensors need not outlive it.
+// The kernels' form of a plan (attnops/ext/paged_problem.h); opaque to model code.
+struct PagedPlanData;
+
+// A validated batch, its work list and its options, built once per model step on the host and
+// reused by every layer (as FlashInfer's plan/run: a run takes the plan and tensors). Immutable;
+// copies share the data. Index arrays and sinks are copied in: the batch's tensors need not
+// outlive it.
 class PagedPlan {
  public:
   PagedPlan() = default;
@@ -241,20 +246,23 @@ class PagedPlan {
   const std::vector<PagedSharedMember>& members() const;
   // Keys read once for several sequences (the summed key ranges of the shared items).
   std::int64_t shared_keys() const;
-
-  struct Data;
-  const Data& data() const;
+  // The options the plan was made with (the sinks copied in): a run given no options uses them.
+  const PagedAttentionOptions& options() const;
 
  private:
+  friend const PagedPlanData& plan_data(const PagedPlan& plan);  // attnops/ext/paged_problem.h
   friend PagedPlan plan_paged(const RaggedBatch&, const PagedKVSpec&, std::int64_t, std::int64_t,
                               const PagedAttentionOptions&);
-  std::shared_ptr<const Data> data_;
+  const PagedPlanData& data() const;
+  std::shared_ptr<const PagedPlanData> data_;
 };
 
 // Validates a batch on the host and builds its work list: cu_seqlens_q starting at 0,
 // non-decreasing, at most num_tokens; q_len_s <= kv_len_s; page tables wide enough for kv_len;
 // page ids inside the cache; the mask options as make_problem checks them. Each a typed Error
 // naming the argument. num_tokens = N and num_q_heads = Hq of the q the plan will run with.
+// The plan keeps `options` (masks, soft cap, sinks, lse, per-call settings): every run of it
+// uses them, so a layer loop passes only tensors (Attention::paged(q, cache, plan)).
 PagedPlan plan_paged(const RaggedBatch& batch, const PagedKVSpec& cache, std::int64_t num_tokens,
                      std::int64_t num_q_heads, const PagedAttentionOptions& options = {});
 

@@ -18,13 +18,18 @@
 #include <string_view>
 #include <vector>
 
+#include "attnops/backward.h"
 #include "attnops/config.h"
+#include "attnops/decision.h"
 #include "attnops/host.h"
-#include "attnops/operation.h"
+#include "attnops/metadata.h"
 #include "attnops/options.h"
 #include "attnops/paged.h"
 
 namespace attnops {
+
+// Implemented by operator authors (attnops/ext/operation.h); model code never sees it.
+class OperationImpl;
 
 using OperationFactory = std::function<std::shared_ptr<OperationImpl>(const OperationMetadata&)>;
 
@@ -45,8 +50,13 @@ class Attention {
                              const AttentionOptions& options = {}) const;
   // The decision a call would get, without running it (the backend is the first candidate that
   // passes every gate; a runtime gpu_error can still move a real call further down the list).
-  DispatchDecision plan(const TensorView& q, const TensorView& k, const TensorView& v,
-                        const AttentionOptions& options = {}) const;
+  DispatchDecision explain(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const AttentionOptions& options = {}) const;
+  [[deprecated("use explain")]] DispatchDecision plan(const TensorView& q, const TensorView& k,
+                                                      const TensorView& v,
+                                                      const AttentionOptions& options = {}) const {
+    return explain(q, k, v, options);
+  }
 
   // The backward of a call with these inputs and options (see backward.h): out and lse are that
   // forward's results (call it with return_lse = true), dout the gradient of out. The operator
@@ -61,25 +71,47 @@ class Attention {
                               const AttentionOutput& forward, const TensorView& dout,
                               const AttentionOptions& options = {}) const;
 
-  // Paged calls (paged.h; operator ragged_paged, alias paged): q [N, Hq, D] over the cache, with
-  // the batch planned once per step (plan_paged) and the plan reused by every layer. out [N, Hq,
-  // Dv], lse [N, Hq] when asked for, the decision as for dense calls. No operator fallbacks; an
-  // operator that does not serve paged batches is Error(not_implemented).
+  // Paged calls (paged.h): q [N, Hq, D] over the cache, with the batch planned once per step
+  // (plan_paged, which keeps the options) and the plan reused by every layer. out [N, Hq, Dv],
+  // lse [N, Hq] when the plan asked for it, the decision as for dense calls. No operator
+  // fallbacks. Only ragged_paged (alias paged) serves paged calls: on any other operator each
+  // paged / explain overload throws Error(not_implemented) naming it, before looking at its
+  // arguments.
+  AttentionOutput paged(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan) const;
+  // With options: they replace the plan's for this run; the masks and kv_split_tokens shape the
+  // work list, so they must be the plan's (Error invalid_argument naming both, else).
   AttentionOutput paged(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan,
-                        const PagedAttentionOptions& options = {}) const;
+                        const PagedAttentionOptions& options) const;
   // Plans the batch (plan_paged) and runs it: for one-off calls; a model step plans once.
   AttentionOutput paged(const TensorView& q, const PagedKVCache& cache, const RaggedBatch& batch,
                         const PagedAttentionOptions& options = {}) const;
   // The decision a paged call would get, without running it.
-  DispatchDecision explain_paged(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan,
-                                 const PagedAttentionOptions& options = {}) const;
+  DispatchDecision explain(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan) const;
+  DispatchDecision explain(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan,
+                           const PagedAttentionOptions& options) const;
+  [[deprecated("use explain")]] DispatchDecision explain_paged(const TensorView& q, const PagedKVCache& cache,
+                                                               const PagedPlan& plan) const {
+    return explain(q, cache, plan);
+  }
+  [[deprecated("use explain")]] DispatchDecision explain_paged(const TensorView& q, const PagedKVCache& cache,
+                                                               const PagedPlan& plan,
+                                                               const PagedAttentionOptions& options) const {
+    return explain(q, cache, plan, options);
+  }
 
   const std::string& name() const { return requested_; }
-  const OperationImpl& op() const { return *op_; }
-  const OperationImpl& fallback() const { return *vanilla_; }
+  // The operator's configuration and abilities (the operator itself: attnops/ext/attention.h).
+  const OperationMetadata& metadata() const;
+  std::vector<std::string> aliases() const;
+  bool implements(Backend backend) const;           // a real forward for backend
+  bool implements_backward(Backend backend) const;  // a real backward for backend
+  bool implements_paged(Backend backend) const;     // a real paged call for backend
+  bool returns_weights() const;                     // return_weights works (vanilla)
 
  private:
   friend class Registry;
+  friend struct AttentionAccess;  // attnops/ext/attention.h
+  void require_paged() const;
   std::string requested_;
   std::shared_ptr<OperationImpl> op_;
   std::shared_ptr<OperationImpl> vanilla_;

@@ -74,7 +74,7 @@ class Operator:
             sinks, mask, return_lse, return_weights, profile, backend, softmax_scale, runtime_dtype,
             num_threads, dtype)
 
-    def plan(
+    def explain(
         self,
         q: Any,
         k: Any,
@@ -100,11 +100,43 @@ class Operator:
     ) -> Dict[str, Any]:
         """The decision (a dict) op(q, k, v, ...) would get with these keywords, without running."""
         if unknown:
-            self._impl.plan(q, k, v, **unknown)  # a TypeError naming the nearest known keyword
-        return self._impl._plan(
+            self._impl.explain(q, k, v, **unknown)  # a TypeError naming the nearest known keyword
+        return self._impl._explain(
             q, k, v, causal, sliding_window, chunk_size, segment_ids_q, segment_ids_kv, bias, logits_soft_cap,
             sinks, mask, return_lse, return_weights, False, backend, softmax_scale, runtime_dtype,
             num_threads, dtype)
+
+    def plan(
+        self,
+        q: Any,
+        k: Any,
+        v: Any,
+        *,
+        causal: bool = True,
+        sliding_window: Optional[Window] = None,
+        chunk_size: Optional[int] = None,
+        segment_ids_q: Any = None,
+        segment_ids_kv: Any = None,
+        bias: Any = None,
+        logits_soft_cap: Optional[float] = None,
+        sinks: Any = None,
+        mask: Optional[_attnops.Mask] = None,
+        return_lse: bool = False,
+        return_weights: bool = False,
+        backend: Optional[Backends] = None,
+        softmax_scale: Optional[float] = None,
+        runtime_dtype: Optional[DTypeLike] = None,
+        num_threads: Optional[int] = None,
+        dtype: Optional[DTypeLike] = None,
+        **unknown: Any,
+    ) -> Dict[str, Any]:
+        """explain's former name: the same call (plan_paged builds paged work lists)."""
+        return self.explain(
+            q, k, v, causal=causal, sliding_window=sliding_window, chunk_size=chunk_size,
+            segment_ids_q=segment_ids_q, segment_ids_kv=segment_ids_kv, bias=bias,
+            logits_soft_cap=logits_soft_cap, sinks=sinks, mask=mask, return_lse=return_lse,
+            return_weights=return_weights, backend=backend, softmax_scale=softmax_scale,
+            runtime_dtype=runtime_dtype, num_threads=num_threads, dtype=dtype, **unknown)
 
     def backward(
         self,

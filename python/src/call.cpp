@@ -210,7 +210,7 @@ CallArgs parse_call_values(const CallValues& values) {
   if (set(Keyword::logits_soft_cap))
     o.logits_soft_cap = as_double(given(Keyword::logits_soft_cap), "logits_soft_cap");
   if (set(Keyword::sinks))
-    o.softmax_aux = a.sinks.emplace(borrow(given(Keyword::sinks), "sinks", a.uint16_is_bf16)).view;
+    o.sinks = a.sinks.emplace(borrow(given(Keyword::sinks), "sinks", a.uint16_is_bf16)).view;
   if (set(Keyword::mask)) {
     const py::handle m = given(Keyword::mask);
     if (!py::isinstance<Mask>(m)) throw py::type_error("mask: expected an attnops.Mask, got " + type_name(m));

@@ -58,7 +58,7 @@ std::string describe(const PyDeviceTensor& d) {
   const DeviceTensor& t = d.tensor;
   if (t.empty()) return "attnops.DeviceTensor(empty)";
   return "attnops.DeviceTensor(" + std::string(dtype_name(t.dtype())) + ", " + shape_string(t.shape()) +
-         ", " + t.storage()->describe() + ")";
+         ", " + t.device() + ")";
 }
 
 const DeviceTensor& live(const PyDeviceTensor& d) {
@@ -163,7 +163,7 @@ Software devices (lavapipe) need allow_software=True or ATTNOPS_VK_ALLOW_SOFTWAR
           "offset", [](const PyDeviceTensor& s) { return live(s).offset(); },
           "Element offset of element 0 in the device storage.")
       .def_property_readonly("is_contiguous", [](const PyDeviceTensor& s) { return live(s).is_contiguous(); })
-      .def_property_readonly("device", [](const PyDeviceTensor& s) { return live(s).storage()->describe(); })
+      .def_property_readonly("device", [](const PyDeviceTensor& s) { return live(s).device(); })
       .def(
           "__dlpack_device__", [](const PyDeviceTensor&) { return py::make_tuple(7, 0); },
           "(kDLVulkan, 0): device memory.")

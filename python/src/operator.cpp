@@ -76,19 +76,19 @@ class Operator {
     const ArrayKind kind = bq.kind == ArrayKind::device ? ArrayKind::numpy : bq.kind;
     auto r = std::make_unique<Result>();
     if (bq.kind == ArrayKind::device)
-      r->out = wrap_device_tensor(std::move(out.device_attention_outputs));
+      r->out = wrap_device_tensor(std::move(out.device_out));
     else
-      r->out = to_python(std::move(out.attention_outputs), kind);
+      r->out = to_python(std::move(out.out), kind);
     r->lse = to_python(std::move(out.lse), kind);
     r->weights = to_python(std::move(out.attention_weights), kind);
     r->decision = std::move(out.decision);
     return py::cast(std::move(r));
   }
 
-  py::dict plan(py::handle q, py::handle k, py::handle v, const CallArgs& a) {
+  py::dict explain(py::handle q, py::handle k, py::handle v, const CallArgs& a) {
     const BorrowedTensor bq = borrow(q, "q", a.uint16_is_bf16), bk = borrow(k, "k", a.uint16_is_bf16),
                          bv = borrow(v, "v", a.uint16_is_bf16);
-    const DispatchDecision d = without_gil([&] { return base_.plan(bq.view, bk.view, bv.view, a.options); });
+    const DispatchDecision d = without_gil([&] { return base_.explain(bq.view, bk.view, bv.view, a.options); });
     return decision_dict(d);
   }
 
@@ -295,12 +295,18 @@ void bind_operator(py::module_& m) {
           },
           py::arg("q"), py::arg("k"), py::arg("v"), kCallDoc)
       .def(
-          "plan",
+          "explain",
           [](Operator& o, py::handle q, py::handle k, py::handle v, const py::kwargs& kw) {
-            return o.plan(q, k, v, parse_call_args(kw));
+            return o.explain(q, k, v, parse_call_args(kw));
           },
           py::arg("q"), py::arg("k"), py::arg("v"),
           "The decision (a dict) the call would get, without running it. Same keywords as op(...).")
+      .def(
+          "plan",
+          [](Operator& o, py::handle q, py::handle k, py::handle v, const py::kwargs& kw) {
+            return o.explain(q, k, v, parse_call_args(kw));
+          },
+          py::arg("q"), py::arg("k"), py::arg("v"), "explain's former name (the same call).")
       .def(
           "_call",
           [](Operator& o, py::handle q, py::handle k, py::handle v, const py::args& values) {
@@ -308,11 +314,11 @@ void bind_operator(py::module_& m) {
           },
           "op(q, k, v, ...) with the keyword values in Keyword's order (attnops.Operator's fast path).")
       .def(
-          "_plan",
+          "_explain",
           [](Operator& o, py::handle q, py::handle k, py::handle v, const py::args& values) {
-            return o.plan(q, k, v, positional_args(values));
+            return o.explain(q, k, v, positional_args(values));
           },
-          "plan(q, k, v, ...) with the keyword values in Keyword's order.")
+          "explain(q, k, v, ...) with the keyword values in Keyword's order.")
       .def(
           "_backward",
           [](Operator& o, py::handle q, py::handle k, py::handle v, py::handle out, py::handle lse,
@@ -352,21 +358,21 @@ void bind_operator(py::module_& m) {
       .def_property_readonly(
           "name", [](const Operator& o) { return o.base().name(); },
           "The canonical name of the requested operator.")
-      .def_property_readonly("aliases", [](const Operator& o) { return o.base().op().aliases(); })
+      .def_property_readonly("aliases", [](const Operator& o) { return o.base().aliases(); })
       .def_property_readonly(
-          "metadata", [](const Operator& o) { return metadata_dict(o.base().op().metadata()); },
+          "metadata", [](const Operator& o) { return metadata_dict(o.base().metadata()); },
           "The operator's settings after the config (backend order, fallbacks, ...).")
       .def(
           "implements",
-          [](const Operator& o, const std::string& b) { return o.base().op().implements(backend_arg(b)); },
+          [](const Operator& o, const std::string& b) { return o.base().implements(backend_arg(b)); },
           py::arg("backend"), "Whether the operator has a forward for this backend.")
       .def(
           "implements_backward",
           [](const Operator& o, const std::string& b) {
-            return o.base().op().implements_backward(backend_arg(b));
+            return o.base().implements_backward(backend_arg(b));
           },
           py::arg("backend"), "Whether the operator has a backward for this backend.")
-      .def("returns_weights", [](const Operator& o) { return o.base().op().returns_weights(); })
+      .def("returns_weights", [](const Operator& o) { return o.base().returns_weights(); })
       .def("__repr__", [](const Operator& o) {
         return "attnops.Operator('" + o.base().name() + "', config=" + o.config().source + ")";
       });

@@ -210,7 +210,7 @@ PagedCallArgs parse_paged_args(const py::kwargs& kwargs) {
   p.sliding_window = o.sliding_window;
   p.chunk_size = o.chunk_size;
   p.logits_soft_cap = o.logits_soft_cap;
-  p.softmax_aux = o.softmax_aux;
+  p.sinks = o.sinks;
   p.return_lse = o.return_lse;
   p.kv_split_tokens = split;
   p.share_prefixes = share;
@@ -220,6 +220,26 @@ PagedCallArgs parse_paged_args(const py::kwargs& kwargs) {
   p.runtime_dtype = o.runtime_dtype;
   return a;
 }
+
+namespace {
+
+PagedAttentionOptions with_plan_options(PagedAttentionOptions planned, const PagedAttentionOptions& given) {
+  const PagedAttentionOptions defaults;
+  if (given.causal != defaults.causal) planned.causal = given.causal;
+  if (given.sliding_window) planned.sliding_window = given.sliding_window;
+  if (given.chunk_size) planned.chunk_size = given.chunk_size;
+  if (given.logits_soft_cap) planned.logits_soft_cap = given.logits_soft_cap;
+  if (given.sinks) planned.sinks = given.sinks;
+  if (given.return_lse) planned.return_lse = true;
+  if (given.kv_split_tokens) planned.kv_split_tokens = given.kv_split_tokens;
+  if (given.softmax_scale) planned.softmax_scale = given.softmax_scale;
+  if (given.backends) planned.backends = given.backends;
+  if (given.num_threads) planned.num_threads = given.num_threads;
+  if (given.runtime_dtype) planned.runtime_dtype = given.runtime_dtype;
+  return planned;
+}
+
+}  // namespace
 
 py::object paged_call(const Attention& attn, py::handle q, py::handle cache_obj, py::handle batch_or_plan,
                       PagedCallArgs& a, bool explain) {
@@ -233,13 +253,15 @@ py::object paged_call(const Attention& attn, py::handle q, py::handle cache_obj,
     batch = &batch_or_plan.cast<const PyRaggedBatch&>();
   else
     throw py::type_error("batch: expected an attnops.RaggedBatch or an attnops.PagedPlan");
-  const PagedAttentionOptions& o = a.options;
+  // With a plan, the run starts from the plan's options (as C++'s paged(q, cache, plan)); a keyword
+  // given a value other than its default replaces the plan's (masks that differ: a typed error).
+  const PagedAttentionOptions o = plan != nullptr ? with_plan_options(plan->plan.options(), a.options) : a.options;
   if (explain) {
     const DispatchDecision d = without_gil([&] {
       const PagedPlan p = plan != nullptr ? plan->plan
                                           : plan_paged(batch->batch(), cache.cache.spec(), bq.view.dim(0),
                                                        bq.view.rank() > 1 ? bq.view.dim(1) : 0, o);
-      return attn.explain_paged(bq.view, cache.cache, p, o);
+      return attn.explain(bq.view, cache.cache, p, o);
     });
     return decision_dict(d);
   }
@@ -250,9 +272,9 @@ py::object paged_call(const Attention& attn, py::handle q, py::handle cache_obj,
   const ArrayKind kind = bq.kind == ArrayKind::device ? ArrayKind::numpy : bq.kind;
   auto r = std::make_unique<Result>();
   if (bq.kind == ArrayKind::device)
-    r->out = wrap_device_tensor(std::move(out.device_attention_outputs));
+    r->out = wrap_device_tensor(std::move(out.device_out));
   else
-    r->out = to_python(std::move(out.attention_outputs), kind);
+    r->out = to_python(std::move(out.out), kind);
   r->lse = to_python(std::move(out.lse), kind);
   r->weights = py::none();
   r->decision = std::move(out.decision);

@@ -40,6 +40,7 @@ def test_attention_signature_lists_its_keywords():
 
 @pytest.mark.parametrize("method, absent", [
     ("__call__", ()),
+    ("explain", ("profile",)),
     ("plan", ("profile",)),
     ("backward", ("return_lse", "return_weights")),
 ])
@@ -49,6 +50,15 @@ def test_operator_methods_declare_their_keywords(method, absent):
     assert {k: kw.get(k, "missing") for k in want} == want
     text = inspect.signature(getattr(attnops.Operator, method)).__str__()
     assert "*, causal" in text  # what help() prints
+
+
+def test_plan_is_explain_under_its_former_name():
+    assert keyword_defaults(attnops.Operator.plan) == keyword_defaults(attnops.Operator.explain)
+    op = attnops.registry().get("flash_attn2")
+    q = np.random.default_rng(1).standard_normal((1, 7, 2, 8)).astype(np.float32)
+    d = op.explain(q, q, q, sliding_window=(3, 0), backend="cpu")
+    assert d["backend"] == "cpu" and d["requested"] == "flash_attn2"
+    assert op.plan(q, q, q, sliding_window=(3, 0), backend="cpu") == d
 
 
 def test_paged_methods_declare_their_keywords():

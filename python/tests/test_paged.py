@@ -90,6 +90,24 @@ def test_a_plan_is_reused_and_batch_invariant():
     assert OP.explain_paged(q, cache, plan, backend="cpu")["backend"] == "cpu"
 
 
+def test_a_plan_carries_its_options():
+    rng = np.random.default_rng(11)
+    cache, batch, q, dense, cu = make_batch(rng, [1, 4], [40, 9], 16, 8, 4, 2, 16, 16, "f32")
+    sinks = rng.uniform(-1, 1, 4).astype(np.float32)
+    opts = dict(sliding_window=(5, 0), logits_soft_cap=3.0, sinks=sinks, return_lse=True)
+    plan = attnops.plan_paged(batch, cache, num_tokens=len(q), num_q_heads=4, **opts)
+    bare = OP.paged(q, cache, plan)  # the plan's options: no keyword repeated
+    full = OP.paged(q, cache, plan, **opts)
+    assert bare.lse is not None
+    np.testing.assert_array_equal(bare.out, full.out)
+    np.testing.assert_array_equal(bare.lse, full.lse)
+    sinks[:] = 40.0  # the plan kept a copy
+    np.testing.assert_array_equal(OP.paged(q, cache, plan).out, full.out)
+    assert OP.explain_paged(q, cache, plan)["operator"] == "ragged_paged"
+    with pytest.raises(attnops.InvalidArgument, match="paged\\(q, cache, plan\\)"):
+        OP.paged(q, cache, plan, sliding_window=(2, 0))
+
+
 def test_wrap_views_the_callers_pools_and_write_gather_round_trip():
     k_pages = np.zeros((8, 4, 2, 6), np.float32)
     v_pages = np.zeros((8, 4, 2, 5), np.float32)

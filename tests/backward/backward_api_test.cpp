@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/backward_problem.h"
 #include "backends/native/reference_backward.h"
 #include "tests/backward/grad_testing.h"
 
@@ -55,7 +56,7 @@ TEST_P(BackwardApi, MatchesOracleAndReportsTheOperatorTheForwardRan) {
   EXPECT_EQ(g.decision.op, ac.expect_op);
   EXPECT_EQ(g.decision.backend, ac.backend);
   const BackwardProblem bp =
-      make_backward_problem(c.q, c.k, c.v, fwd.attention_outputs, *fwd.lse, dout, o, attn.op().metadata());
+      make_backward_problem(c.q, c.k, c.v, fwd.out, *fwd.lse, dout, o, attn.metadata());
   EXPECT_TRUE(testing::gradients_match(bp, native::reference_backward_f64(bp), g));
   ASSERT_TRUE(g.dsinks && g.dbias);
   EXPECT_EQ(g.dbias->shape(), (std::vector<std::int64_t>{1, 1, 256, 256}));
@@ -86,7 +87,7 @@ TEST(BackwardApiRouting, DecodeRunsVanillaBackward) {
   EXPECT_EQ(g.decision.op, "vanilla");
   EXPECT_TRUE(g.decision.has(ReasonCode::decode));
   const BackwardProblem bp =
-      make_backward_problem(c.q, c.k, c.v, fwd.attention_outputs, *fwd.lse, dout, {}, {});
+      make_backward_problem(c.q, c.k, c.v, fwd.out, *fwd.lse, dout, {}, {});
   EXPECT_TRUE(testing::gradients_match(bp, native::reference_backward_f64(bp), g));
 }
 
@@ -115,7 +116,7 @@ TEST(BackwardApiDtypes, GradientsInTheRuntimeDtype) {
     EXPECT_EQ(g.dsinks->dtype(), DType::f32);
     EXPECT_EQ(g.dbias->dtype(), DType::f32);
     const BackwardProblem bp =
-        make_backward_problem(c.q, c.k, c.v, fwd.attention_outputs, *fwd.lse, dout, o, md);
+        make_backward_problem(c.q, c.k, c.v, fwd.out, *fwd.lse, dout, o, md);
     EXPECT_TRUE(testing::gradients_match(bp, native::reference_backward_f64(bp), g)) << dtype_name(want);
   }
 }
@@ -202,7 +203,7 @@ TEST(BackwardApiEdges, MinusInfinityBiasActsAsAMask) {
     for (std::int64_t i = 0; i < bias.numel(); i += 7)
       EXPECT_EQ(g.dbias->at(static_cast<std::size_t>(i)), 0.f);
     const BackwardProblem bp =
-        make_backward_problem(c.q, c.k, c.v, fwd.attention_outputs, *fwd.lse, dout, o, attn.op().metadata());
+        make_backward_problem(c.q, c.k, c.v, fwd.out, *fwd.lse, dout, o, attn.metadata());
     EXPECT_TRUE(testing::gradients_match(bp, native::reference_backward_f64(bp), g)) << backend_name(backend);
   }
 }
@@ -216,7 +217,7 @@ TEST(BackwardApiInputs, ResidualsOfOtherDtypesAreConverted) {
   const AttentionOutput fwd = attn(c.q, c.k, c.v, {.return_lse = true});
   const Tensor dout = testing::random_tensor(DType::f32, {1, 64, 2, 16}, 15);
   const AttentionGradients want = attn.backward(c.q, c.k, c.v, fwd, dout);
-  const Tensor out16 = Tensor::copy_of(fwd.attention_outputs, DType::f16);
+  const Tensor out16 = Tensor::copy_of(fwd.out, DType::f16);
   const Tensor lse16 = Tensor::copy_of(*fwd.lse, DType::bf16);
   const AttentionGradients got = attn.backward(c.q, c.k, c.v, out16, lse16, dout);
   double diff = 0;

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/backward_problem.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/cpu/tiled_backward.h"
 #include "tests/backward/grad_testing.h"

@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 #include "backends/native/reference_backward.h"
 #include "tests/support/testing.h"

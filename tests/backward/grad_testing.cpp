@@ -4,6 +4,8 @@
 #include <sstream>
 #include <vector>
 
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 
 namespace attnops::testing {

@@ -17,6 +17,8 @@
 #include <string>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference_backward.h"
 #include "tests/support/testing.h"
 

@@ -87,7 +87,7 @@ TEST(CliBackward, WritesTheLibrarysGradientsAndExplainsBothPasses) {
   md.backends = {Backend::cpu};
   const Attention attn = registry().get("flash_attn2", md);
   AttentionOptions o;
-  o.softmax_aux = in.sinks.view();
+  o.sinks = in.sinks.view();
   o.bias = in.bias.view();
   o.return_lse = true;
   const AttentionOutput fwd = attn(in.q, in.k, in.v, o);
@@ -98,7 +98,7 @@ TEST(CliBackward, WritesTheLibrarysGradientsAndExplainsBothPasses) {
   EXPECT_EQ(max_diff(read_npy(in.path("dsinks")), *g.dsinks), 0.0);
   EXPECT_EQ(max_diff(read_npy(in.path("dbias")), *g.dbias), 0.0);
   EXPECT_EQ(read_npy(in.path("dbias")).shape(), (std::vector<std::int64_t>{1, 4, 128, 128}));
-  EXPECT_EQ(max_diff(read_npy(in.path("out")), fwd.attention_outputs), 0.0);
+  EXPECT_EQ(max_diff(read_npy(in.path("out")), fwd.out), 0.0);
 
   // --explain: the forward's decision, then the backward's on the last line.
   std::vector<std::string> lines;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 #include "cli/npy.h"
 #include "tests/cli/cli_runner.h"

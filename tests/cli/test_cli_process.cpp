@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 #include "cli/inputs.h"
 #include "cli/npy.h"

@@ -107,17 +107,17 @@ TEST(Settings, BackendFlagOverridesEveryConfigLevel) {
   AttentionOptions o;
   set_call_settings(o, s);
   const Tensor q(DType::f32, {1, 4, 1, 8});
-  const DispatchDecision d = registry().get("vanilla", config).plan(q, q, q, o);
+  const DispatchDecision d = registry().get("vanilla", config).explain(q, q, q, o);
   EXPECT_EQ(d.backend, Backend::cpu) << d.to_json();
   EXPECT_EQ(d.settings.softmax_scale, 0.25);
   // Written into the config (the distributed commands).
   Config c = config;
   apply_to_config(c, s);
   const Attention a = registry().get("vanilla", c);
-  ASSERT_FALSE(a.op().metadata().backends.empty());
-  EXPECT_EQ(a.op().metadata().backends.front(), Backend::cpu);
-  EXPECT_THAT(a.op().metadata().disabled_backends, ::testing::Not(::testing::Contains(Backend::cpu)));
-  EXPECT_EQ(a.op().metadata().softmax_scale, 0.25);
+  ASSERT_FALSE(a.metadata().backends.empty());
+  EXPECT_EQ(a.metadata().backends.front(), Backend::cpu);
+  EXPECT_THAT(a.metadata().disabled_backends, ::testing::Not(::testing::Contains(Backend::cpu)));
+  EXPECT_EQ(a.metadata().softmax_scale, 0.25);
   EXPECT_TRUE(parse_backend_list("auto").empty());
   EXPECT_THROW(parse_backend_list("cpu,quantum"), Error);
 }

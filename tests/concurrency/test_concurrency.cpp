@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/problem.h"
 #include "backends/vulkan/vulkan_backend.h"
 #include "backends/vulkan/vulkan_debug.h"
 #include "tests/support/testing.h"
@@ -47,7 +48,7 @@ bool same_bits(const Tensor& a, const Tensor& b) {
 }
 
 bool same_result(const AttentionOutput& a, const AttentionOutput& b) {
-  if (!same_bits(a.attention_outputs, b.attention_outputs)) return false;
+  if (!same_bits(a.out, b.out)) return false;
   if (a.lse.has_value() != b.lse.has_value()) return false;
   return !a.lse || same_bits(*a.lse, *b.lse);
 }
@@ -101,7 +102,7 @@ std::vector<Job> make_jobs() {
         // Only what the operator runs on this backend: ragged_paged has no gpu kernel yet and its
         // cpu kernel no ragged form of bias or segment ids (reasons not_implemented and
         // unsupported_feature for this backend; the dispatcher would move such a call on).
-        const DispatchDecision d = j.shared.plan(j.c.q, j.c.k, j.c.v, j.c.options);
+        const DispatchDecision d = j.shared.explain(j.c.q, j.c.k, j.c.v, j.c.options);
         const std::string prefix = std::string(backend_name(b)) + ":";
         const bool cannot = std::any_of(d.reasons.begin(), d.reasons.end(), [&](const Reason& r) {
           return (r.code == ReasonCode::not_implemented || r.code == ReasonCode::unsupported_feature) &&
@@ -118,9 +119,9 @@ void run_serially(std::vector<Job>& jobs) {
   for (Job& j : jobs) {
     j.expected = j.shared(j.c.q, j.c.k, j.c.v, j.c.options);
     ASSERT_EQ(j.expected.decision.backend, j.backend) << j.op << " " << j.expected.decision.to_json();
-    const AttentionProblem p = make_problem(j.c.q, j.c.k, j.c.v, j.c.options, j.shared.op().metadata());
+    const AttentionProblem p = make_problem(j.c.q, j.c.k, j.c.v, j.c.options, j.shared.metadata());
     const AttentionBuffers got{
-        j.expected.attention_outputs, j.expected.lse, j.expected.attention_weights, {}, {}};
+        j.expected.out, j.expected.lse, j.expected.attention_weights, {}, {}};
     EXPECT_TRUE(within_tolerance(p, got))
         << j.op << " on " << backend_name(j.backend) << " " << j.c.describe();
   }

@@ -204,10 +204,10 @@ TEST(ConfigMetadata, RegistryBuildsOperatorsFromTheConfig) {
       "e2e.yaml");
   const Attention a = registry().get("blocksparse", c);
   EXPECT_EQ(a.name(), "blocksparse");
-  EXPECT_EQ(a.op().metadata().blocksize_q, 64);
-  EXPECT_EQ(a.op().metadata().num_threads, 2);
-  EXPECT_TRUE(a.op().metadata().fallbacks.decode);
-  EXPECT_FALSE(a.op().metadata().fallbacks.seq_multiple);
+  EXPECT_EQ(a.metadata().blocksize_q, 64);
+  EXPECT_EQ(a.metadata().num_threads, 2);
+  EXPECT_TRUE(a.metadata().fallbacks.decode);
+  EXPECT_FALSE(a.metadata().fallbacks.seq_multiple);
 
   const Config typo = parse_config("backend: cpu\noperators:\n  blocksprase: {}\n", "e2e.yaml");
   try {

@@ -27,7 +27,7 @@ TEST(BytesCopied, ContiguousInputsAreUsedInPlace) {
   const AttentionOutput out = native_vanilla()(q, k, v);
   EXPECT_EQ(out.decision.run.bytes_copied, 0u);
   EXPECT_EQ(out.decision.to_json().find("bytes_copied"), std::string::npos) << out.decision.to_json();
-  EXPECT_EQ(native_vanilla().plan(q, k, v).run.bytes_copied, 0u);
+  EXPECT_EQ(native_vanilla().explain(q, k, v).run.bytes_copied, 0u);
 }
 
 TEST(BytesCopied, CountsStridedViewsConversionsAndSegmentIds) {
@@ -48,13 +48,13 @@ TEST(BytesCopied, CountsStridedViewsConversionsAndSegmentIds) {
   o.segment_ids_kv = seg.view();
   out = native_vanilla()(q, q, v, o);
   EXPECT_EQ(out.decision.run.bytes_copied, 2u * 8 * 4);
-  EXPECT_EQ(native_vanilla().plan(q, q, v, o).run.bytes_copied, 2u * 8 * 4);
+  EXPECT_EQ(native_vanilla().explain(q, q, v, o).run.bytes_copied, 2u * 8 * 4);
 
   // The backward counts its own copies (the forward's inputs and the residuals it converts).
   o = {};
   o.return_lse = true;
   const AttentionOutput fwd = native_vanilla()(q, k, v, o);
-  const AttentionGradients g = native_vanilla().backward(q, k, v, fwd, fwd.attention_outputs, o);
+  const AttentionGradients g = native_vanilla().backward(q, k, v, fwd, fwd.out, o);
   EXPECT_GE(g.decision.run.bytes_copied, 1u * 8 * 2 * 16 * 4);
 }
 

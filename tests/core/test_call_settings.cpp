@@ -8,7 +8,9 @@
 #include <vector>
 
 #include "attnops/attnops.h"
-#include "attnops/paged_problem.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/paged_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/vulkan/vulkan_backend.h"
 #include "tests/backward/grad_testing.h"
 #include "tests/support/testing.h"
@@ -54,7 +56,7 @@ void expect_scale_reaches_kernels(Backend backend) {
       o.softmax_scale = kScale;
       const AttentionOutput out = attn(c.q, c.k, c.v, o);
       ASSERT_EQ(out.decision.backend, backend) << out.decision.to_json();
-      const AttentionBuffers got{out.attention_outputs, out.lse, std::nullopt, {}, {}};
+      const AttentionBuffers got{out.out, out.lse, std::nullopt, {}, {}};
       EXPECT_TRUE(within_tolerance(oracle_problem(c, kScale), got));
       // The default scale gives another answer: the comparison above could see a lost setting.
       EXPECT_FALSE(within_tolerance(oracle_problem(c, 1.0 / std::sqrt(static_cast<double>(c.D))), got));
@@ -74,7 +76,7 @@ TEST(CallSettings, ScaleReachesCpuKernels) {
 }
 TEST(CallSettings, ScaleReachesGpuKernels) {
   if (!vulkan::compiled_in()) GTEST_SKIP() << "built without the Vulkan backend";
-  const Availability a = vulkan::availability(attention_on("vanilla", Backend::gpu).op().metadata().gpu);
+  const Availability a = vulkan::availability(attention_on("vanilla", Backend::gpu).metadata().gpu);
   if (!a.available) GTEST_SKIP() << "no Vulkan device: " << a.detail;
   expect_scale_reaches_kernels(Backend::gpu);
 }
@@ -89,15 +91,15 @@ TEST(CallSettings, CallScaleOverridesTheMetadataScaleInTheBackward) {
   o.softmax_scale = kScale;
   o.return_lse = true;
   const AttentionOutput out = attn(c.q, c.k, c.v, o);
-  const AttentionBuffers got{out.attention_outputs, out.lse, std::nullopt, {}, {}};
+  const AttentionBuffers got{out.out, out.lse, std::nullopt, {}, {}};
   EXPECT_TRUE(within_tolerance(oracle_problem(c, kScale), got));
-  const Tensor dout = random_tensor(DType::f32, out.attention_outputs.shape(), 8);
+  const Tensor dout = random_tensor(DType::f32, out.out.shape(), 8);
   const AttentionGradients g = attn.backward(c.q, c.k, c.v, out, dout, o);
   EXPECT_EQ(g.decision.settings.softmax_scale, kScale);
   OperationMetadata omd;
   omd.softmax_scale = kScale;
   const BackwardProblem bp =
-      make_backward_problem(c.q, c.k, c.v, out.attention_outputs, *out.lse, dout, c.options, omd);
+      make_backward_problem(c.q, c.k, c.v, out.out, *out.lse, dout, c.options, omd);
   EXPECT_TRUE(gradients_match(bp, native::reference_backward_f64(bp), g));
 }
 
@@ -132,9 +134,9 @@ TEST(CallSettings, BackendDtypeAndThreadsPerCall) {
   AttentionOptions f16 = c.options;
   f16.runtime_dtype = DType::f16;
   const AttentionOutput h = attn(c.q, c.k, c.v, f16);
-  EXPECT_EQ(h.attention_outputs.dtype(), DType::f16);
+  EXPECT_EQ(h.out.dtype(), DType::f16);
   EXPECT_EQ(h.decision.settings.runtime_dtype, DType::f16);
-  EXPECT_EQ(attn(c.q, c.k, c.v, c.options).attention_outputs.dtype(), DType::f32);
+  EXPECT_EQ(attn(c.q, c.k, c.v, c.options).out.dtype(), DType::f32);
 
   // Threads: the count the call ran with, clamped to the hardware, in the decision; on the cpu
   // the small-call rule reports the count it was asked for.
@@ -190,11 +192,11 @@ TEST(CallSettings, PagedCallsTakeThemToo) {
     on.backends = o.backends;
     const AttentionOutput want = registry().get("ragged_paged", scaled).paged(q, cache, batch, on);
     const AttentionOutput unscaled = registry().get("ragged_paged").paged(q, cache, batch, on);
-    const float* g = got.attention_outputs.data_as<float>();
-    const float* w = want.attention_outputs.data_as<float>();
-    const float* u = unscaled.attention_outputs.data_as<float>();
+    const float* g = got.out.data_as<float>();
+    const float* w = want.out.data_as<float>();
+    const float* u = unscaled.out.data_as<float>();
     double diff = 0, moved = 0;
-    for (std::int64_t i = 0; i < got.attention_outputs.numel(); ++i)
+    for (std::int64_t i = 0; i < got.out.numel(); ++i)
       diff = std::max(diff, std::fabs(double(g[i]) - w[i])),
       moved = std::max(moved, std::fabs(double(g[i]) - u[i]));
     EXPECT_EQ(diff, 0.0);  // the same kernel with the same scale
@@ -235,7 +237,7 @@ TEST(CallSettings, BadValuesAreTypedErrorsNamingTheField) {
     for (int pass = 0; pass < 3; ++pass) {  // run, plan, backward
       try {
         if (pass == 0) (void)attn(c.q, c.k, c.v, b.options);
-        if (pass == 1) (void)attn.plan(c.q, c.k, c.v, b.options);
+        if (pass == 1) (void)attn.explain(c.q, c.k, c.v, b.options);
         if (pass == 2) (void)attn.backward(c.q, c.k, c.v, c.q, Tensor(DType::f32, {1, 2, 8}), c.q, b.options);
         ADD_FAILURE() << "no error, pass " << pass;
       } catch (const Error& e) {

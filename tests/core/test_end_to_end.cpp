@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 #include "tests/support/testing.h"
 
@@ -53,8 +54,8 @@ TEST_P(EndToEnd, MatchesOracleOverFeatureGrid) {
     AttentionOutput out = attn(c.q, c.k, c.v, o);
     ASSERT_EQ(out.decision.backend, backend) << out.decision.to_json();
     // Rebuild the problem the way the dispatcher did, and compare with the oracle.
-    AttentionProblem p = make_problem(c.q, c.k, c.v, o, attn.op().metadata());
-    AttentionBuffers got{out.attention_outputs, out.lse, out.attention_weights, {}, {}};
+    AttentionProblem p = make_problem(c.q, c.k, c.v, o, attn.metadata());
+    AttentionBuffers got{out.out, out.lse, out.attention_weights, {}, {}};
     EXPECT_TRUE(within_tolerance(p, got)) << op << " " << backend_name(backend) << " " << c.describe() << " ran "
                                           << out.decision.to_json();
   }

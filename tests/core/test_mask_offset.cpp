@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 #include "backends/native/reference_backward.h"
 #include "backends/vulkan/vulkan_backend.h"
@@ -119,7 +121,7 @@ BlockCall block_call(const Case& c, const Block& b) {
   r.options.causal = false;
   r.options.mask = global.mask.at_offset(b.q0, b.k0, c.Tq, c.Tk);
   r.options.logits_soft_cap = c.options.logits_soft_cap;
-  r.options.softmax_aux = c.options.softmax_aux;
+  r.options.sinks = c.options.sinks;
   if (c.seg_q) {
     r.options.segment_ids_q = c.seg_q->view().slice(1, b.q0, b.q0 + b.tq);
     r.options.segment_ids_kv = c.seg_kv->view().slice(1, b.k0, b.k0 + b.tk);
@@ -183,13 +185,13 @@ void expect_blocks_match_oracle(Backend backend) {
         const Attention attn = attention_on(op, backend);
         const AttentionOutput out = attn(call.q, call.k, call.v, call.options);
         ASSERT_EQ(out.decision.backend, backend) << out.decision.to_json();
-        const AttentionProblem p = make_problem(call.q, call.k, call.v, call.options, attn.op().metadata());
-        const AttentionBuffers got{out.attention_outputs, out.lse, std::nullopt, {}, {}};
+        const AttentionProblem p = make_problem(call.q, call.k, call.v, call.options, attn.metadata());
+        const AttentionBuffers got{out.out, out.lse, std::nullopt, {}, {}};
         EXPECT_TRUE(within_tolerance(p, got));
         const AttentionGradients g = attn.backward(call.q, call.k, call.v, out, dout, call.options);
         ASSERT_EQ(g.decision.backend, backend) << g.decision.to_json();
-        const BackwardProblem bp = make_backward_problem(call.q, call.k, call.v, out.attention_outputs,
-                                                         *out.lse, dout, call.options, attn.op().metadata());
+        const BackwardProblem bp = make_backward_problem(call.q, call.k, call.v, out.out,
+                                                         *out.lse, dout, call.options, attn.metadata());
         EXPECT_TRUE(gradients_match(bp, native::reference_backward_f64(bp), g));
       }
     }
@@ -204,7 +206,7 @@ TEST(MaskOffsetKernels, CpuMatchesOracle) {
 }
 TEST(MaskOffsetKernels, GpuMatchesOracle) {
   if (!vulkan::compiled_in()) GTEST_SKIP() << "built without the Vulkan backend";
-  const Availability a = vulkan::availability(attention_on("vanilla", Backend::gpu).op().metadata().gpu);
+  const Availability a = vulkan::availability(attention_on("vanilla", Backend::gpu).metadata().gpu);
   if (!a.available) GTEST_SKIP() << "no Vulkan device: " << a.detail;
   expect_blocks_match_oracle(Backend::gpu);
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 
 namespace attnops {
@@ -64,7 +65,7 @@ TEST(Oracle, SinkTakesMassButNotLse) {
   Tensor v = ramp_v(1, 4, 1, 4);
   Tensor s(DType::f32, {1});
   s.set(0, 0.5f);
-  auto r = run(q, k, v, {.causal = false, .softmax_aux = s.view()});
+  auto r = run(q, k, v, {.causal = false, .sinks = s.view()});
   const double denom = 4 + std::exp(0.5);
   EXPECT_NEAR(r.out[0], (0 + 1 + 2 + 3) / denom, 1e-12);
   EXPECT_NEAR(r.lse[0], std::log(4.0), 1e-12);

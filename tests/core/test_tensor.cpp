@@ -6,6 +6,8 @@
 
 #include "attnops/attnops.h"
 
+#include "attnops/ext/problem.h"
+
 namespace attnops {
 namespace {
 

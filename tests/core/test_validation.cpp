@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/problem.h"
 #include "tests/support/testing.h"
 
 namespace attnops {
@@ -138,7 +139,7 @@ TEST(Validation, BiasShapes) {
 TEST(Validation, Sinks) {
   Inputs in;
   Tensor s(DType::f32, {3});
-  Error e = error_of(in.q, in.k, in.v, {.softmax_aux = s.view()});
+  Error e = error_of(in.q, in.k, in.v, {.sinks = s.view()});
   EXPECT_EQ(e.code(), ErrorCode::shape_mismatch);
   EXPECT_THAT(e.what(), AllOf(HasSubstr("softmax_aux"), HasSubstr("[Hq=4]"), HasSubstr("[3]")));
 }
@@ -182,11 +183,11 @@ TEST(Validation, EmptyProblemsAreFine) {
     auto out = registry().get(op)(q, k, v, {.causal = false, .return_lse = true});
     ASSERT_TRUE(out.lse.has_value());
     for (std::int64_t i = 0; i < out.lse->numel(); ++i) EXPECT_TRUE(std::isinf(out.lse->at(static_cast<std::size_t>(i))));
-    for (std::int64_t i = 0; i < out.attention_outputs.numel(); ++i)
-      EXPECT_EQ(out.attention_outputs.at(static_cast<std::size_t>(i)), 0.f);
+    for (std::int64_t i = 0; i < out.out.numel(); ++i)
+      EXPECT_EQ(out.out.at(static_cast<std::size_t>(i)), 0.f);
   }
   Tensor q0(DType::f32, {1, 0, 2, 8}), k1(DType::f32, {1, 5, 2, 8}), v1(DType::f32, {1, 5, 2, 8});
-  EXPECT_EQ(registry().get("vanilla")(q0, k1, v1).attention_outputs.numel(), 0);
+  EXPECT_EQ(registry().get("vanilla")(q0, k1, v1).out.numel(), 0);
 }
 
 // Scales and soft caps that the fp32 kernels cannot honour are refused: before, --scale 1e38

@@ -16,6 +16,7 @@
 #include <new>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/problem.h"
 #include "backends/cpu/vanilla_cpu.h"
 #include "tests/support/testing.h"
 

@@ -7,6 +7,8 @@
 
 #include "attnops/attnops.h"
 #include "attnops/dist/sequence_parallel.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 #include "backends/native/reference_backward.h"
 #include "tests/support/testing.h"
@@ -165,10 +167,10 @@ Report check_case(Communicator& comm, const std::string& op, const DistCase& c) 
   // Single process and oracle.
   const AttentionOutput single = local(full.q, full.k, full.v, opts);
   const AttentionGradients single_g = local.backward(full.q, full.k, full.v, single, dout, opts);
-  const AttentionProblem fp = make_problem(full.q, full.k, full.v, opts, local.op().metadata());
+  const AttentionProblem fp = make_problem(full.q, full.k, full.v, opts, local.metadata());
   const native::ReferenceResult ref = native::reference_attention_f64(fp, false);
-  const BackwardProblem bp = make_backward_problem(full.q, full.k, full.v, single.attention_outputs,
-                                                   *single.lse, dout, opts, local.op().metadata());
+  const BackwardProblem bp = make_backward_problem(full.q, full.k, full.v, single.out,
+                                                   *single.lse, dout, opts, local.metadata());
   const native::ReferenceGradients ref_g = native::reference_backward_f64(bp);
 
   // This rank's shards.
@@ -192,7 +194,7 @@ Report check_case(Communicator& comm, const std::string& op, const DistCase& c) 
       if (!bitwise_equal(a, b))
         fail << name << " differs from the single-process call (P = 1 must be bitwise); ";
     };
-    same("out", out.output.attention_outputs, single.attention_outputs);
+    same("out", out.output.out, single.out);
     same("lse", *out.output.lse, *single.lse);
     same("dq", grads.gradients.dq, single_g.dq);
     same("dk", grads.gradients.dk, single_g.dk);
@@ -219,7 +221,7 @@ Report check_case(Communicator& comm, const std::string& op, const DistCase& c) 
       fail << name << ": distributed error " << d.max << " > 2 x single-process error " << single_err
            << " (+ floor); ";
   };
-  check("out", out.output.attention_outputs, single.attention_outputs, ref.out, {c.B, c.Tq, c.Hq, c.Dv}, 1,
+  check("out", out.output.out, single.out, ref.out, {c.B, c.Tq, c.Hq, c.Dv}, 1,
         qpos);
   check("lse", *out.output.lse, *single.lse, ref.lse, {c.B, c.Hq, c.Tq}, 2, qpos);
   check("dq", grads.gradients.dq, single_g.dq, ref_g.dq, {c.B, c.Tq, c.Hq, c.D}, 1, qpos);

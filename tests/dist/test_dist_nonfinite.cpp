@@ -12,6 +12,8 @@
 
 #include "attnops/dist/local_communicator.h"
 #include "attnops/dist/sequence_parallel.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 #include "backends/native/reference_backward.h"
 #include "tests/support/testing.h"
@@ -58,7 +60,7 @@ Gathered run(const char* op, int P, const attnops::testing::Case& c, const Atten
     std::optional<DistGradients> grads;
     if (dout) grads = attn.backward(comm, q, k, v, out, shard(*dout, ql, r), ro);
     const std::lock_guard<std::mutex> lock(mu);
-    unshard_into(out.output.attention_outputs, ql, r, g.out, 1);
+    unshard_into(out.output.out, ql, r, g.out, 1);
     unshard_into(*out.output.lse, ql, r, g.lse, 2);
     if (grads && r == 0) g.dsinks = grads->gradients.dsinks;
   });

@@ -60,7 +60,8 @@ if(PKG_CONFIG)
   if(extra_sources)
     set(check -DATTNOPS_CONSUMER_CHECK_DRIVER_MAPPED)
   endif()
-  run_step("build with pkg-config" ${CXX} -O1 ${check} ${SOURCE_DIR}/tests/package/main.cpp ${extra_sources}
+  run_step("build with pkg-config" ${CXX} -O1 ${check} ${SOURCE_DIR}/tests/package/main.cpp
+           ${SOURCE_DIR}/tests/package/ext_user.cpp ${extra_sources}
            -o ${WORK_DIR}/consumer_pc ${flags})
   run_step("run pkg-config consumer" ${WORK_DIR}/consumer_pc)
 endif()

@@ -277,7 +277,7 @@ TEST(PagedPlan, RunChecksTheCallAgainstThePlan) {
                "page_size=8 (planned 16)");
   Tensor sinks(DType::f32, {3});
   PagedAttentionOptions with_sinks = c.options;
-  with_sinks.softmax_aux = sinks.view();
+  with_sinks.sinks = sinks.view();
   expect_error([&] { attn.paged(c.q, c.cache, plan, with_sinks); }, ErrorCode::shape_mismatch, "softmax_aux");
   OperationMetadata md;
   md.runtime_dtype = DType::bf16;
@@ -286,6 +286,121 @@ TEST(PagedPlan, RunChecksTheCallAgainstThePlan) {
   // An operator that does not serve paged batches says so.
   expect_error([&] { registry().get("flash").paged(c.q, c.cache, plan, c.options); },
                ErrorCode::not_implemented, "does not serve paged batches");
+}
+
+// ---- a plan carries its options -------------------------------------------------------------
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() && std::memcmp(a.data(), b.data(), a.nbytes()) == 0;
+}
+
+TEST(PagedPlanOptions, ARunWithoutOptionsUsesThePlansOptions) {
+  PagedCaseSpec s;
+  s.q_lens = {1, 5, 0, 3}, s.kv_lens = {40, 9, 7, 33};
+  s.window = Window{6, 0}, s.soft_cap = 4.0, s.sinks = true, s.split = 8;
+  const PagedCase c = make_paged_case(s);  // c.options: those masks, soft cap, sinks, return_lse on
+  PagedAttentionOptions opts = c.options;
+  opts.softmax_scale = 0.3;
+  const PagedPlan plan = plan_paged(c.batch, c.cache.spec(), c.N, s.Hq, opts);
+  EXPECT_TRUE(plan.options().sinks.has_value());
+  EXPECT_EQ(plan.options().softmax_scale, 0.3);
+  const Attention attn = registry().get("paged");
+  const AttentionOutput with = attn.paged(c.q, c.cache, plan, opts);
+  const AttentionOutput without = attn.paged(c.q, c.cache, plan);
+  ASSERT_TRUE(without.lse.has_value());  // return_lse came from the plan
+  EXPECT_TRUE(same_bits(with.out, without.out));
+  EXPECT_TRUE(same_bits(*with.lse, *without.lse));
+  EXPECT_EQ(attn.explain(c.q, c.cache, plan).backend, with.decision.backend);
+  // The options matter: without the soft cap, sinks and scale the output differs.
+  PagedAttentionOptions masks_only;
+  masks_only.sliding_window = s.window, masks_only.kv_split_tokens = s.split;
+  const AttentionOutput bare = attn.paged(c.q, c.cache, plan, masks_only);
+  EXPECT_FALSE(same_bits(bare.out, without.out));
+}
+
+TEST(PagedPlanOptions, ThePlanKeepsACopyOfTheSinks) {
+  PagedCaseSpec s;
+  s.q_lens = {2, 1}, s.kv_lens = {20, 9};
+  s.sinks = true;
+  const PagedCase c = make_paged_case(s);
+  const Attention attn = registry().get("paged");
+  Tensor sinks = Tensor::copy_of(*c.options.sinks);
+  PagedAttentionOptions opts = c.options;
+  opts.sinks = sinks.view();
+  const PagedPlan plan = plan_paged(c.batch, c.cache.spec(), c.N, s.Hq, opts);
+  const AttentionOutput before = attn.paged(c.q, c.cache, plan);
+  for (std::size_t i = 0; i < 4; ++i) sinks.set(i, 50.f);  // the caller reuses its buffer
+  const AttentionOutput after = attn.paged(c.q, c.cache, plan);
+  EXPECT_TRUE(same_bits(before.out, after.out));
+  // Bad sinks are refused when planning, naming them.
+  Tensor three(DType::f32, {3});
+  opts.sinks = three.view();
+  expect_error([&] { plan_paged(c.batch, c.cache.spec(), c.N, s.Hq, opts); }, ErrorCode::shape_mismatch,
+               "sinks");
+}
+
+TEST(PagedPlanOptions, MismatchedRunOptionsNameThePlanOnlyRun) {
+  PagedCaseSpec s;
+  s.q_lens = {1}, s.kv_lens = {12};
+  s.window = Window{4, 0};
+  const PagedCase c = make_paged_case(s);
+  const PagedPlan plan = plan_paged(c.batch, c.cache.spec(), c.N, s.Hq, c.options);
+  const Attention attn = registry().get("paged");
+  PagedAttentionOptions other = c.options;
+  other.sliding_window = Window{2, 0};
+  expect_error([&] { attn.paged(c.q, c.cache, plan, other); }, ErrorCode::invalid_argument,
+               "run it as paged(q, cache, plan)");
+}
+
+TEST(PagedPlanOptions, SinksAndSoftmaxAuxAreOneOption) {
+  PagedCaseSpec s;
+  s.q_lens = {2, 1}, s.kv_lens = {20, 9};
+  s.sinks = true;
+  const PagedCase c = make_paged_case(s);
+  const Attention attn = registry().get("paged");
+  PagedAttentionOptions aux = c.options;
+  aux.softmax_aux = aux.sinks;
+  aux.sinks.reset();
+  const PagedPlan plan = plan_paged(c.batch, c.cache.spec(), c.N, s.Hq, c.options);
+  EXPECT_TRUE(same_bits(attn.paged(c.q, c.cache, plan, aux).out, attn.paged(c.q, c.cache, plan, c.options).out));
+  PagedAttentionOptions both = c.options;
+  both.softmax_aux = both.sinks;
+  expect_error([&] { attn.paged(c.q, c.cache, plan, both); }, ErrorCode::invalid_argument, "given twice");
+  expect_error([&] { plan_paged(c.batch, c.cache.spec(), c.N, s.Hq, both); }, ErrorCode::invalid_argument,
+               "given twice");
+}
+
+// Any paged entry point on an operator that is not ragged_paged fails at the call, before it looks
+// at its arguments (here a batch plan_paged would refuse for another reason).
+TEST(PagedPlanOptions, OnlyRaggedPagedServesPagedCalls) {
+  PagedCaseSpec s;
+  s.q_lens = {1}, s.kv_lens = {12};
+  const PagedCase c = make_paged_case(s);
+  const PagedPlan plan = plan_paged(c.batch, c.cache.spec(), c.N, s.Hq, c.options);
+  const RaggedBatch bad{};  // no index arrays
+  for (const char* name : {"flash_attn2", "blocksparse", "vanilla"}) {
+    const Attention attn = registry().get(name);
+    EXPECT_FALSE(attn.implements_paged(Backend::cpu));
+    expect_error([&] { attn.paged(c.q, c.cache, bad, c.options); }, ErrorCode::not_implemented,
+                 "does not serve paged batches");
+    expect_error([&] { attn.paged(c.q, c.cache, plan); }, ErrorCode::not_implemented, "ragged_paged");
+    expect_error([&] { attn.explain(c.q, c.cache, plan); }, ErrorCode::not_implemented, "ragged_paged");
+  }
+  EXPECT_TRUE(registry().get("paged").implements_paged(Backend::cpu));
+}
+
+// The old names still compile (with a deprecation warning) and do what explain does.
+TEST(PagedPlanOptions, DeprecatedExplainPagedStillWorks) {
+  PagedCaseSpec s;
+  s.q_lens = {1, 3}, s.kv_lens = {12, 30};
+  const PagedCase c = make_paged_case(s);
+  const PagedPlan plan = plan_paged(c.batch, c.cache.spec(), c.N, s.Hq, c.options);
+  const Attention attn = registry().get("paged");
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+  const DispatchDecision old = attn.explain_paged(c.q, c.cache, plan, c.options);
+#pragma GCC diagnostic pop
+  EXPECT_EQ(old.to_json(), attn.explain(c.q, c.cache, plan, c.options).to_json());
 }
 
 // ---- routing --------------------------------------------------------------------------------
@@ -312,7 +427,7 @@ TEST(PagedRouting, DecisionReasonsConfigAndLog) {
   // The decision without running it.
   EXPECT_EQ(
       reg.get("paged")
-          .explain_paged(c.q, c.cache, plan_paged(c.batch, c.cache.spec(), c.N, s.Hq, c.options), c.options)
+          .explain(c.q, c.cache, plan_paged(c.batch, c.cache.spec(), c.N, s.Hq, c.options), c.options)
           .backend,
       Backend::cpu);
   // YAML: the operator's backend, by alias.

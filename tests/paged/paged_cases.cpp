@@ -203,7 +203,7 @@ PagedCase make_paged_case(const PagedCaseSpec& spec) {
   if (spec.sinks) {
     // Not from spec.seed: the invariance tests change the layout seed and keep the data.
     c.sinks = random_tensor(DType::f32, {spec.Hq}, 4242 + static_cast<std::uint64_t>(spec.Hq), -2.f, 2.f);
-    c.options.softmax_aux = c.sinks->view();
+    c.options.sinks = c.sinks->view();
   }
   return c;
 }
@@ -220,7 +220,7 @@ AttentionOptions dense_options(const PagedCase& c) {
   o.sliding_window = c.spec.window;
   o.chunk_size = c.spec.chunk;
   o.logits_soft_cap = c.spec.soft_cap;
-  if (c.sinks) o.softmax_aux = c.sinks->view();
+  if (c.sinks) o.sinks = c.sinks->view();
   o.return_lse = true;
   return o;
 }
@@ -232,7 +232,7 @@ AttentionOutput dense_oracle(const PagedCase& c, std::size_t s, const OperationM
     return registry().get("vanilla", m)(q_of(c, s), c.k_seq[s], c.v_seq[s], dense_options(c));
   const Tensor q = Tensor::copy_of(q_of(c, s), DType::f32);
   AttentionOutput o = registry().get("vanilla", m)(q, c.k_seq[s], c.v_seq[s], dense_options(c));
-  o.attention_outputs = Tensor::copy_of(o.attention_outputs, c.spec.dtype);
+  o.out = Tensor::copy_of(o.out, c.spec.dtype);
   return o;
 }
 
@@ -279,8 +279,8 @@ AttentionOutput run_paged(const PagedCase& c, Backend b, OperationMetadata md) {
   for (i64 i = 0; i < ql; ++i)
     for (i64 h = 0; h < Hq; ++h) {
       for (i64 e = 0; e < Dv; ++e)
-        check(value(paged.attention_outputs, ((q0 + i) * Hq + h) * Dv + e),
-              value(dense.attention_outputs, (i * Hq + h) * Dv + e), tol_out,
+        check(value(paged.out, ((q0 + i) * Hq + h) * Dv + e),
+              value(dense.out, (i * Hq + h) * Dv + e), tol_out,
               "out[" + std::to_string(q0 + i) + "," + std::to_string(h) + "," + std::to_string(e) + "]");
       if (paged.lse && dense.lse)
         check(value(*paged.lse, (q0 + i) * Hq + h), value(*dense.lse, h * ql + i), tol_lse,

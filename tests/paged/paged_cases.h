@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
-#include "attnops/paged_problem.h"
+#include "attnops/ext/paged_problem.h"
 
 namespace attnops::testing {
 

@@ -62,7 +62,7 @@ TEST(PagedCli, RunWritesTheLibrarysResult) {
   OperationMetadata md;
   md.num_threads = 2;  // batch invariance: any thread count gives these bits
   const AttentionOutput want = run_paged(c, Backend::cpu, md);
-  EXPECT_TRUE(same_bits(cli::read_npy(f.out), want.attention_outputs));
+  EXPECT_TRUE(same_bits(cli::read_npy(f.out), want.out));
   EXPECT_TRUE(same_bits(cli::read_npy(f.lse), *want.lse));
 }
 
@@ -93,7 +93,7 @@ TEST(PagedCli, RunOnTheGpu) {
     EXPECT_EQ(j["backend"], "gpu") << r.last_err_line();
     EXPECT_EQ(j["kernel"], "paged_decode") << r.last_err_line();  // decode rows: the decode kernel
     EXPECT_EQ(j["batch_invariant"], true);
-    EXPECT_TRUE(same_bits(cli::read_npy(f.out), want.attention_outputs)) << "staging " << staging;
+    EXPECT_TRUE(same_bits(cli::read_npy(f.out), want.out)) << "staging " << staging;
     EXPECT_TRUE(same_bits(cli::read_npy(f.lse), *want.lse)) << "staging " << staging;
   }
 }
@@ -118,7 +118,7 @@ TEST(PagedCli, EightBitPagesAndQuantizingOnLoad) {
       const CliResult r = run_cli(f.args(extra));
       ASSERT_EQ(r.exit_code, 0) << r.err;
       const AttentionOutput want = run_paged(c, Backend::cpu);
-      EXPECT_TRUE(same_bits(cli::read_npy(f.out), want.attention_outputs));
+      EXPECT_TRUE(same_bits(cli::read_npy(f.out), want.out));
       EXPECT_TRUE(same_bits(cli::read_npy(f.lse), *want.lse));
     }
   // Float pools quantized on load: the cache write() makes from the same pools.
@@ -151,7 +151,7 @@ TEST(PagedCli, EightBitPagesAndQuantizingOnLoad) {
     OperationMetadata md;
     md.backends = {Backend::cpu};
     const AttentionOutput want = registry().get("ragged_paged", md).paged(c.q, q8, c.batch, c.options);
-    EXPECT_TRUE(same_bits(cli::read_npy(f.out), want.attention_outputs)) << kind;
+    EXPECT_TRUE(same_bits(cli::read_npy(f.out), want.out)) << kind;
   }
   // Bad input: 8-bit pages without scales, a scale of 0, scales for float pages.
   PagedCaseSpec e;

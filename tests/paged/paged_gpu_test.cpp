@@ -13,6 +13,8 @@
 #include <limits>
 #include <random>
 
+#include "attnops/ext/paged_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/vulkan/vulkan_debug.h"
 #include "tests/paged/paged_cases.h"
 #include "tests/support/testing.h"
@@ -73,9 +75,9 @@ AttentionOutput run_gpu(const PagedCase& c, const PagedKVCache& cache, bool q_on
   } else {
     const DeviceTensor dq = DeviceTensor::from_host(c.q);
     o = attn.paged(dq, cache, c.batch, c.options);
-    EXPECT_EQ(o.attention_outputs.rank(), 0);  // no host output
-    EXPECT_EQ(o.device_attention_outputs.shape(), (std::vector<i64>{c.N, c.spec.Hq, c.spec.Dv}));
-    o.attention_outputs = o.device_attention_outputs.to_host();
+    EXPECT_EQ(o.out.rank(), 0);  // no host output
+    EXPECT_EQ(o.device_out.shape(), (std::vector<i64>{c.N, c.spec.Hq, c.spec.Dv}));
+    o.out = o.device_out.to_host();
   }
   expect_clean_validation();
   return o;
@@ -86,7 +88,7 @@ AttentionOutput run_gpu(const PagedCase& c, const PagedKVCache& cache, bool q_on
   for (i64 n = first; n < c.N; ++n)
     for (i64 h = 0; h < Hq; ++h) {
       for (i64 e = 0; e < Dv; ++e)
-        if (o.attention_outputs.at(static_cast<std::size_t>((n * Hq + h) * Dv + e)) != 0.f)
+        if (o.out.at(static_cast<std::size_t>((n * Hq + h) * Dv + e)) != 0.f)
           return ::testing::AssertionFailure() << "padding row " << n << " has a non-zero output";
       if (o.lse->data_as<float>()[n * Hq + h] != -std::numeric_limits<float>::infinity())
         return ::testing::AssertionFailure() << "padding row " << n << " has a finite lse";
@@ -198,7 +200,7 @@ TEST_P(GpuRandomBatch, WithinTheDenseTolerancesWithHostAndDeviceCaches) {
     EXPECT_TRUE(rows_match(c, s, host, dense_oracle(c, s), tol.out, tol.lse));
   const AttentionOutput dev = run_gpu(c, device_cache(c), /*q_on_device=*/GetParam() % 4 >= 2);
   EXPECT_EQ(dev.decision.run.output, GetParam() % 4 >= 2 ? "device" : "host");
-  EXPECT_TRUE(same_bits(dev.attention_outputs, host.attention_outputs));
+  EXPECT_TRUE(same_bits(dev.out, host.out));
   EXPECT_TRUE(same_bits(*dev.lse, *host.lse));
 }
 
@@ -231,12 +233,12 @@ TEST_P(GpuQuantBatch, WithinTheDenseTolerancesWithHostAndDeviceCaches) {
   for (std::size_t s = 0; s < spec.q_lens.size(); ++s)
     EXPECT_TRUE(rows_match(c, s, host, dense_oracle(c, s), tol.out, tol.lse));
   const AttentionOutput dev = run_gpu(c, device_cache(c), /*q_on_device=*/x % 2 == 0);
-  EXPECT_TRUE(same_bits(dev.attention_outputs, host.attention_outputs));
+  EXPECT_TRUE(same_bits(dev.out, host.out));
   EXPECT_TRUE(same_bits(*dev.lse, *host.lse));
   PagedCase off = c;
   off.options.share_prefixes = false;
   const AttentionOutput unshared = run_gpu(off, off.cache);
-  EXPECT_TRUE(same_bits(unshared.attention_outputs, host.attention_outputs));
+  EXPECT_TRUE(same_bits(unshared.out, host.out));
 }
 
 INSTANTIATE_TEST_SUITE_P(PagedGpu, GpuQuantBatch, ::testing::Range(0, random_case_count(10)));
@@ -265,7 +267,7 @@ TEST(PagedGpu, LongDecodeSplitsAndPrefillPastAPage) {
 std::string row_bytes(const PagedCase& c, std::size_t s, const AttentionOutput& o) {
   const i64 q0 = c.q_begin(s), ql = c.spec.q_lens[s], Hq = c.spec.Hq, Dv = c.spec.Dv;
   const std::size_t es = dtype_size(c.spec.dtype);
-  std::string bytes(static_cast<const char*>(o.attention_outputs.data()) + q0 * Hq * Dv * es,
+  std::string bytes(static_cast<const char*>(o.out.data()) + q0 * Hq * Dv * es,
                     static_cast<std::size_t>(ql * Hq * Dv) * es);
   bytes.append(reinterpret_cast<const char*>(o.lse->data_as<float>() + q0 * Hq),
                static_cast<std::size_t>(ql * Hq) * 4);
@@ -333,7 +335,7 @@ TEST(PagedGpu, NonFinitePolicy) {
   const Tolerance tol = tolerance_for(s.dtype);
   for (std::size_t x = 0; x < 2; ++x) EXPECT_TRUE(rows_match(c, x, o, dense_oracle(c, x), tol.out, tol.lse));
   for (i64 e = 0; e < s.Hq * s.Dv; ++e)
-    EXPECT_TRUE(std::isfinite(o.attention_outputs.at(static_cast<std::size_t>(e))));
+    EXPECT_TRUE(std::isfinite(o.out.at(static_cast<std::size_t>(e))));
   EXPECT_EQ(row_bytes(c, 2, o), row_bytes(clean, 2, ref));
 
   // +inf sink on head 1.
@@ -341,11 +343,11 @@ TEST(PagedGpu, NonFinitePolicy) {
   Tensor sinks(DType::f32, {s.Hq});
   for (i64 h = 0; h < s.Hq; ++h)
     sinks.data_as<float>()[h] = h == 1 ? std::numeric_limits<float>::infinity() : 0.5f;
-  sunk.options.softmax_aux = sinks.view();
+  sunk.options.sinks = sinks.view();
   const AttentionOutput so = run_gpu(sunk, sunk.cache);
   for (i64 n = 0; n < sunk.N; ++n)
     for (i64 e = 0; e < s.Dv; ++e)
-      EXPECT_EQ(so.attention_outputs.at(static_cast<std::size_t>((n * s.Hq + 1) * s.Dv + e)), 0.f);
+      EXPECT_EQ(so.out.at(static_cast<std::size_t>((n * s.Hq + 1) * s.Dv + e)), 0.f);
   for (i64 n = 0; n < sunk.N; ++n)
     EXPECT_EQ(so.lse->data_as<float>()[n * s.Hq + 1], ref.lse->data_as<float>()[n * s.Hq + 1]) << "row " << n;
 }
@@ -409,7 +411,7 @@ TEST(PagedGpu, DenseCallsRunThePagedKernel) {
     // Decode-like sequences (G * Tq <= 32) run on the decode kernel, the others row by row.
     EXPECT_EQ(o.decision.run.kernel, 2 * Tq <= kPagedStreamMaxRows ? "paged_decode" : "paged_rowwise");
     AttentionBuffers b;
-    b.out = o.attention_outputs;
+    b.out = o.out;
     b.lse = o.lse;
     EXPECT_TRUE(within_tolerance(problem_for(c), b));
     // Device q, k, v: the output stays on the device, the same bits.
@@ -417,7 +419,7 @@ TEST(PagedGpu, DenseCallsRunThePagedKernel) {
                        dv = DeviceTensor::from_host(c.v);
     const AttentionOutput d = attn(dq, dk, dv, c.options);
     EXPECT_EQ(d.decision.run.inputs, "device");
-    EXPECT_TRUE(same_bits(d.device_attention_outputs.to_host(), o.attention_outputs));
+    EXPECT_TRUE(same_bits(d.device_out.to_host(), o.out));
     EXPECT_TRUE(same_bits(*d.lse, *o.lse));
   }
   CaseSpec cs;

@@ -40,7 +40,7 @@ PagedCaseSpec mixed(DType dt, Kv kv) {
 std::string row_bytes(const PagedCase& c, std::size_t s, const AttentionOutput& o) {
   const i64 q0 = c.q_begin(s), ql = c.spec.q_lens[s], Hq = c.spec.Hq, Dv = c.spec.Dv;
   const std::size_t es = dtype_size(c.spec.dtype);
-  std::string bytes(static_cast<const char*>(o.attention_outputs.data()) + q0 * Hq * Dv * es,
+  std::string bytes(static_cast<const char*>(o.out.data()) + q0 * Hq * Dv * es,
                     static_cast<std::size_t>(ql * Hq * Dv) * es);
   bytes.append(reinterpret_cast<const char*>(o.lse->data_as<float>() + q0 * Hq),
                static_cast<std::size_t>(ql * Hq) * 4);
@@ -68,7 +68,7 @@ TEST_P(Invariance, PagePermutationAndPageSizeChangeNoBit) {
     s.page_size = page, s.permute_pages = permute, s.seed = static_cast<std::uint64_t>(page) + 7;
     const PagedCase c = make_paged_case(s);
     const AttentionOutput o = run_paged(c, b, threads(2));
-    EXPECT_TRUE(same_bits(o.attention_outputs, ref.attention_outputs))
+    EXPECT_TRUE(same_bits(o.out, ref.out))
         << "page " << page << " permuted " << permute;
     EXPECT_TRUE(same_bits(*o.lse, *ref.lse)) << "page " << page << " permuted " << permute;
   }
@@ -106,7 +106,7 @@ TEST_P(Invariance, OneTwoAndThreeThreadsGiveTheSameBits) {
   const AttentionOutput one = run_paged(c, b, threads(1));
   for (int n : {2, 3}) {
     const AttentionOutput o = run_paged(c, b, threads(n));
-    EXPECT_TRUE(same_bits(one.attention_outputs, o.attention_outputs)) << n << " threads";
+    EXPECT_TRUE(same_bits(one.out, o.out)) << n << " threads";
     EXPECT_TRUE(same_bits(*one.lse, *o.lse)) << n << " threads";
   }
 }
@@ -155,10 +155,10 @@ TEST(MergeStates, TwoHalvesEqualTheWhole) {
     const Attention attn = registry().get("paged", md);
     const AttentionOutput a = attn.paged(c.q, c.cache, RaggedBatch{c.cu, kv_a, t_a}, c.options);
     const AttentionOutput z = attn.paged(c.q, c.cache, RaggedBatch{c.cu, kv_b, t_b}, c.options);
-    const MergedState m = merge_states(a.attention_outputs, *a.lse, z.attention_outputs, *z.lse);
-    for (i64 i = 0; i < whole.attention_outputs.numel(); ++i)
+    const MergedState m = merge_states(a.out, *a.lse, z.out, *z.lse);
+    for (i64 i = 0; i < whole.out.numel(); ++i)
       EXPECT_NEAR(m.out.at(static_cast<std::size_t>(i)),
-                  whole.attention_outputs.at(static_cast<std::size_t>(i)), 4e-6)
+                  whole.out.at(static_cast<std::size_t>(i)), 4e-6)
           << "out element " << i;
     for (i64 i = 0; i < whole.lse->numel(); ++i)
       EXPECT_NEAR(m.lse.data_as<float>()[i], whole.lse->data_as<float>()[i], 2e-5) << "lse element " << i;

@@ -10,6 +10,8 @@
 #include <limits>
 #include <random>
 
+#include "attnops/ext/paged_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/cpu/paged_cpu.h"
 #include "tests/paged/paged_cases.h"
 #include "tests/support/testing.h"
@@ -80,7 +82,7 @@ AttentionOutput run_cpu_tier(const PagedCase& c, const cpu::ForcedTier& tier, in
   PagedBuffers b = allocate_paged_buffers(p);
   cpu::paged_attention(p, b, tier);
   AttentionOutput o;
-  o.attention_outputs = b.out;
+  o.out = b.out;
   o.lse = b.lse;
   o.decision.run = b.run;
   return o;
@@ -92,7 +94,7 @@ AttentionOutput run_cpu_tier(const PagedCase& c, const cpu::ForcedTier& tier, in
   for (i64 n = first; n < c.N; ++n)
     for (i64 h = 0; h < Hq; ++h) {
       for (i64 e = 0; e < Dv; ++e)
-        if (o.attention_outputs.at(static_cast<std::size_t>((n * Hq + h) * Dv + e)) != 0.f)
+        if (o.out.at(static_cast<std::size_t>((n * Hq + h) * Dv + e)) != 0.f)
           return ::testing::AssertionFailure() << "padding row " << n << " has a non-zero output";
       if (o.lse && o.lse->data_as<float>()[n * Hq + h] != -std::numeric_limits<float>::infinity())
         return ::testing::AssertionFailure()
@@ -190,7 +192,7 @@ TEST(PagedNumerics, DenseCallsRunThePagedKernels) {
     ASSERT_EQ(o.decision.backend, Backend::cpu) << o.decision.to_json();
     EXPECT_TRUE(o.decision.run.batch_invariant);
     AttentionBuffers b;
-    b.out = o.attention_outputs;
+    b.out = o.out;
     b.lse = o.lse;
     EXPECT_TRUE(within_tolerance(problem_for(c), b));
   }
@@ -236,11 +238,11 @@ TEST(PagedNumerics, NonFiniteValuesReachOnlyTheRowsThatSeeThem) {
     }
     // Sequence 0 sees no poisoned key: finite. Sequence 2 is untouched, bitwise.
     for (i64 e = 0; e < s.Hq * s.Dv; ++e)
-      EXPECT_TRUE(std::isfinite(o.attention_outputs.at(static_cast<std::size_t>(e))));
+      EXPECT_TRUE(std::isfinite(o.out.at(static_cast<std::size_t>(e))));
     const i64 row2 = c.q_begin(2) * s.Hq * s.Dv;
     for (i64 e = row2; e < row2 + s.Hq * s.Dv; ++e)
-      EXPECT_EQ(o.attention_outputs.at(static_cast<std::size_t>(e)),
-                ref.attention_outputs.at(static_cast<std::size_t>(e)));
+      EXPECT_EQ(o.out.at(static_cast<std::size_t>(e)),
+                ref.out.at(static_cast<std::size_t>(e)));
   }
 }
 

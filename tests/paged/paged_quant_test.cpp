@@ -12,6 +12,7 @@
 #include <limits>
 #include <random>
 
+#include "attnops/ext/paged_problem.h"
 #include "backends/cpu/paged_cpu.h"
 #include "tests/paged/paged_cases.h"
 #include "tests/support/testing.h"
@@ -257,7 +258,7 @@ AttentionOutput run_tier(const PagedCase& c, cpu::Isa tier, int threads = 0) {
   PagedBuffers b = allocate_paged_buffers(p);
   cpu::paged_attention(p, b, tier);
   AttentionOutput o;
-  o.attention_outputs = b.out;
+  o.out = b.out;
   o.lse = b.lse;
   o.decision.run = b.run;
   return o;
@@ -395,7 +396,7 @@ TEST(PagedQuant, Fp8NanCodesFollowTheNonFinitePolicy) {
   poke(c.cache.v_pages(), 1, 48, 5);
   const AttentionOutput native = run_paged(c, Backend::native);
   const auto at = [](const AttentionOutput& o, i64 n, i64 e) {
-    return o.attention_outputs.at(static_cast<std::size_t>(n * 32 + e));
+    return o.out.at(static_cast<std::size_t>(n * 32 + e));
   };
   for (cpu::Isa tier : cpu_tiers_to_test()) {
     SCOPED_TRACE(tier_label(tier));
@@ -544,7 +545,7 @@ TEST(PagedQuant, QueriesMustBeFloatAndTheRuntimeDtype) {
                ErrorCode::unsupported_dtype, "runtime_dtype bf16");
   // Any float q runs, and the output has its dtype.
   const Tensor qb = Tensor::copy_of(c.q, DType::bf16);
-  EXPECT_EQ(attn.paged(qb, c.cache, c.batch, c.options).attention_outputs.dtype(), DType::bf16);
+  EXPECT_EQ(attn.paged(qb, c.cache, c.batch, c.options).out.dtype(), DType::bf16);
 }
 
 }  // namespace

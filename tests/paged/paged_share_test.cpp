@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "attnops/ext/paged_problem.h"
 #include "backends/cpu/paged_cpu.h"
 #include "tests/paged/paged_cases.h"
 #include "tests/support/testing.h"
@@ -29,7 +30,7 @@ AttentionOutput run_tier(const PagedCase& c, const RaggedBatch& batch, const Ten
   PagedBuffers b = allocate_paged_buffers(p);
   cpu::paged_attention(p, b, tier);
   AttentionOutput out;
-  out.attention_outputs = b.out;
+  out.out = b.out;
   out.lse = b.lse;
   out.decision.run = b.run;
   return out;
@@ -38,11 +39,11 @@ AttentionOutput run_tier(const PagedCase& c, const RaggedBatch& batch, const Ten
 // Rows [q0, q0 + ql) of a against rows [0, ql) of b, out and lse, bitwise.
 ::testing::AssertionResult same_rows(const AttentionOutput& a, i64 q0, const AttentionOutput& b, i64 b0,
                                      i64 ql, i64 Hq, i64 Dv) {
-  const std::size_t es = dtype_size(a.attention_outputs.dtype());
+  const std::size_t es = dtype_size(a.out.dtype());
   const auto* x =
-      static_cast<const char*>(a.attention_outputs.data()) + static_cast<std::size_t>(q0 * Hq * Dv) * es;
+      static_cast<const char*>(a.out.data()) + static_cast<std::size_t>(q0 * Hq * Dv) * es;
   const auto* y =
-      static_cast<const char*>(b.attention_outputs.data()) + static_cast<std::size_t>(b0 * Hq * Dv) * es;
+      static_cast<const char*>(b.out.data()) + static_cast<std::size_t>(b0 * Hq * Dv) * es;
   if (std::memcmp(x, y, static_cast<std::size_t>(ql * Hq * Dv) * es) != 0)
     return ::testing::AssertionFailure() << "outputs of rows " << q0 << "..+" << ql << " differ";
   if (std::memcmp(a.lse->data_as<float>() + q0 * Hq, b.lse->data_as<float>() + b0 * Hq,
@@ -122,7 +123,7 @@ TEST_P(SharedPrefix, OutputsAreBitwiseThoseOfTheUnsharedRunAndOfEachSequenceAlon
     for (int threads : {1, 2, 3}) {
       const AttentionOutput on = run_tier(c, c.batch, c.q, true, tier, threads);
       EXPECT_EQ(on.decision.run.shared_keys, plan.shared_keys());
-      EXPECT_TRUE(same_bits(on.attention_outputs, ref.attention_outputs)) << "threads " << threads;
+      EXPECT_TRUE(same_bits(on.out, ref.out)) << "threads " << threads;
       EXPECT_TRUE(same_bits(*on.lse, *ref.lse)) << "threads " << threads;
     }
     for (std::size_t s = 0; s < spec.q_lens.size(); ++s) {

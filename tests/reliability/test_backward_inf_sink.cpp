@@ -11,6 +11,7 @@
 #include <string>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/backward_problem.h"
 #include "backends/native/reference.h"
 #include "backends/native/reference_backward.h"
 #include "tests/support/testing.h"
@@ -47,7 +48,7 @@ TEST_P(BackwardInfSink, TheHeadHasZeroGradients) {
   const AttentionGradients g = attn.backward(c.q, c.k, c.v, f, dout, o);
   ASSERT_EQ(g.decision.backend, backend);
   const native::ReferenceGradients want = native::reference_backward_f64(
-      make_backward_problem(c.q, c.k, c.v, f.attention_outputs, *f.lse, dout, o, md));
+      make_backward_problem(c.q, c.k, c.v, f.out, *f.lse, dout, o, md));
   const auto check = [&](const char* name, const Tensor& got, const std::vector<double>& w) {
     ASSERT_EQ(static_cast<std::size_t>(got.numel()), w.size()) << name;
     double scale = 1;

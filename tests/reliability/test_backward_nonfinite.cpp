@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 #include "tests/support/testing.h"
 
@@ -94,7 +95,7 @@ struct GradCase {
     m.options(opts);
     sinks.set(0, 0.25f);
     sinks.set(1, -0.5f);
-    opts.softmax_aux = sinks.view();
+    opts.sinks = sinks.view();
     if (m.segments) {
       seg_q.emplace(DType::i32, std::vector<std::int64_t>{1, Tq});
       seg_kv.emplace(DType::i32, std::vector<std::int64_t>{1, Tk});

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/problem.h"
 #include "backends/cpu/vanilla_cpu.h"
 
 namespace attnops {
@@ -91,8 +92,8 @@ TEST(VanillaWorkingSet, GqaGroupTimesKeysNoLongerMaterialised) {
   const long grown_mib = (peak_rss_kib() - before) / 1024;
   EXPECT_EQ(out.decision.backend, Backend::cpu);
   EXPECT_LT(grown_mib, 200) << "peak RSS grew by " << grown_mib << " MiB";
-  for (std::int64_t i = 0; i < out.attention_outputs.numel(); ++i) {
-    const float o = out.attention_outputs.at(static_cast<std::size_t>(i));
+  for (std::int64_t i = 0; i < out.out.numel(); ++i) {
+    const float o = out.out.at(static_cast<std::size_t>(i));
     ASSERT_TRUE(o >= 0.f && o <= 4.f) << "out[" << i << "] = " << o;  // a convex combination of v
   }
 }

@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 
 namespace attnops::testing {
 

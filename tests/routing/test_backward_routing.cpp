@@ -60,7 +60,7 @@ TEST_F(BackwardRouting, FallbacksPickTheOperatorTheForwardRan) {
   shapes(200, 200);  // blocksparse: seq_multiple and non_causal -> vanilla, forward and backward
   residuals();
   auto attn = reg.get("blocksparse");
-  const DispatchDecision fwd = attn.plan(q, k, v, {.causal = false});
+  const DispatchDecision fwd = attn.explain(q, k, v, {.causal = false});
   expect_only_backward(*bs, std::nullopt);
   expect_only_backward(*van, Backend::cpu);
   const AttentionGradients g = backward(attn, {.causal = false});
@@ -77,9 +77,9 @@ TEST_F(BackwardRouting, GpuRunsTheBackwardOfEveryBuiltInOperator) {
   shapes(128, 128);
   residuals();
   for (const char* name : {"blocksparse", "flash_attn2", "vanilla"})
-    EXPECT_TRUE(reg.get(name).op().implements_backward(Backend::gpu)) << name;
+    EXPECT_TRUE(reg.get(name).implements_backward(Backend::gpu)) << name;
   auto attn = reg.get("blocksparse");
-  EXPECT_EQ(attn.plan(q, k, v).backend, Backend::gpu);
+  EXPECT_EQ(attn.explain(q, k, v).backend, Backend::gpu);
   expect_only_backward(*bs, Backend::gpu);
   const AttentionGradients g = backward(attn);
   EXPECT_EQ(g.decision.backend, Backend::gpu);
@@ -130,13 +130,13 @@ TEST_F(BackwardRouting, CostRuleAppliesToTheBackward) {
   Config cfg;
   cfg.gpu_cost_rates = CostRates{100, 1000, 10, 10, 50};  // 50 us per gpu call: small calls stay on the cpu
   auto attn = reg.get("flash_attn2", cfg);
-  EXPECT_EQ(attn.plan(q, k, v).backend, Backend::cpu);
+  EXPECT_EQ(attn.explain(q, k, v).backend, Backend::cpu);
   expect_only_backward(*fl, Backend::cpu);
   const AttentionGradients g = backward(attn);
   EXPECT_EQ(g.decision.backend, Backend::cpu);
   ASSERT_TRUE(g.decision.has(ReasonCode::cpu_faster)) << g.decision.to_log_line();
   ASSERT_TRUE(g.decision.cost.has_value());
-  const DispatchDecision fwd = attn.plan(q, k, v);
+  const DispatchDecision fwd = attn.explain(q, k, v);
   ASSERT_TRUE(fwd.cost.has_value());
   // 2.5 times the forward's FLOPs at the same cpu rate.
   EXPECT_NEAR(g.decision.cost->cpu_us, 2.5 * fwd.cost->cpu_us, 1e-9 * fwd.cost->cpu_us);
@@ -219,7 +219,7 @@ TEST_F(BackwardRouting, ForwardOutputWithoutLseIsRejected) {
   shapes(128, 128);
   residuals();
   AttentionOutput fwd;
-  fwd.attention_outputs = out;
+  fwd.out = out;
   // `bs` points into this Attention's operator: keep it alive for the whole test.
   const Attention attn = reg.get("blocksparse");
   try {

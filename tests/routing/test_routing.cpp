@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <thread>
 
+#include "attnops/ext/environment.h"
+#include "attnops/ext/problem.h"
 #include "operators/blocksparse.h"
 #include "operators/flash_attn2.h"
 #include "operators/vanilla.h"
@@ -207,12 +209,12 @@ TEST_F(Routing, EnvironmentIsReadOnceUntilReloaded) {
   shapes(128, 128);
   auto attn = reg.get("blocksparse");
   EXPECT_NE(attn(q, k, v).decision.backend, Backend::native);
-  const std::uint64_t g = attnops::environment().generation;
+  const std::uint64_t g = attnops::environment_generation();
   setenv("ATTNOPS_FORCE_NATIVE", "1", 1);
   EXPECT_NE(attn(q, k, v).decision.backend, Backend::native);  // not read again
-  EXPECT_EQ(attnops::environment().generation, g);
+  EXPECT_EQ(attnops::environment_generation(), g);
   attnops::reload_environment();
-  EXPECT_GT(attnops::environment().generation, g);
+  EXPECT_GT(attnops::environment_generation(), g);
   EXPECT_EQ(attn(q, k, v).decision.backend, Backend::native);
   setenv("ATTNOPS_FORCE_NATIVE", "maybe", 1);  // an invalid value: every call is a typed error
   attnops::reload_environment();
@@ -292,7 +294,7 @@ TEST_F(Routing, CostRuleSendsSmallCallsToTheCpuWithTheEstimate) {
   EXPECT_THAT(out.decision.to_json(), HasSubstr("\"cost\": {\"gpu_us\": "));
   EXPECT_THAT(out.decision.to_log_line(), HasSubstr("cpu_faster:gpu: estimated"));
   // plan() decides the same way, deterministically.
-  EXPECT_EQ(attn.plan(q, k, v).reasons, out.decision.reasons);
+  EXPECT_EQ(attn.explain(q, k, v).reasons, out.decision.reasons);
 }
 
 TEST_F(Routing, CostRuleKeepsLargeCallsOnTheGpu) {
@@ -435,7 +437,7 @@ TEST_F(Routing, PlanDecidesWithoutRunning) {
   auto attn = reg.get("blocksparse");
   expect_only(*bs, std::nullopt);
   expect_only(*van, std::nullopt);
-  auto d = attn.plan(q, k, v);
+  auto d = attn.explain(q, k, v);
   EXPECT_EQ(d.op, "vanilla");
   EXPECT_EQ(d.backend, Backend::cpu);
 }
@@ -461,7 +463,7 @@ TEST_F(Routing, DispatchLogPrintsOneLinePerCall) {
 
 TEST_F(Routing, DecisionJsonIsStable) {
   shapes(1, 128);
-  auto d = reg.get("blocksparse").plan(q, k, v);
+  auto d = reg.get("blocksparse").explain(q, k, v);
   EXPECT_EQ(
       d.to_json(),
       "{\"requested\": \"blocksparse\", \"operator\": \"vanilla\", \"backend\": \"cpu\", \"reasons\": "

@@ -7,6 +7,7 @@
 #include <random>
 #include <sstream>
 
+#include "attnops/ext/problem.h"
 #include "attnops/gpu.h"
 #include "backends/native/reference.h"
 
@@ -120,7 +121,7 @@ Case make_case(const CaseSpec& s, std::uint64_t seed) {
   }
   if (s.sinks) {
     c.sinks = random_tensor(DType::f32, {c.Hq}, seed * 7 + 7, -2.f, 2.f);
-    c.options.softmax_aux = c.sinks->view();
+    c.options.sinks = c.sinks->view();
   }
   return c;
 }

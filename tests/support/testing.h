@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/problem.h"
 #include "backends/cpu/isa.h"
 #include "backends/cpu/tier_kernels.h"
 #include "backends/native/reference.h"

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/cpu/isa.h"
 #include "backends/cpu/tier_kernels.h"

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/cpu/tiled_backward.h"
 #include "backends/native/reference_backward.h"

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map_impl.h"
 #include "backends/cpu/tiled_cpu.h"
 #include "backends/native/reference.h"

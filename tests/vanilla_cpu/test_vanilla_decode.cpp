@@ -8,6 +8,7 @@
 #include <cstring>
 #include <random>
 
+#include "attnops/ext/problem.h"
 #include "backends/cpu/vanilla_decode.h"
 #include "tests/vanilla_cpu/vanilla_test_util.h"
 

@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 #include "tests/vanilla_cpu/vanilla_test_util.h"
 

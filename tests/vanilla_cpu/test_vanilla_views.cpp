@@ -8,6 +8,8 @@
 
 #include "tests/vanilla_cpu/vanilla_test_util.h"
 
+#include "attnops/ext/problem.h"
+
 namespace attnops::testing::vanilla {
 namespace {
 

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attnops/attnops.h"
+#include "attnops/ext/problem.h"
 #include "backends/cpu/vanilla_cpu.h"
 #include "tests/support/testing.h"
 

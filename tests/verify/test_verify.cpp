@@ -14,7 +14,10 @@
 #include <set>
 
 #include "attnops/attnops.h"
-#include "attnops/paged_problem.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/operation.h"
+#include "attnops/ext/problem.h"
+#include "attnops/ext/paged_problem.h"
 #include "verify/dense_problem.h"
 #include "verify/edges.h"
 #include "verify/fuzz.h"
@@ -122,9 +125,9 @@ class Perturbed : public OperationImpl {
   AttentionOutput forward_native(const AttentionProblem& p) override { return inner_->forward_native(p); }
   AttentionOutput forward_cpu(const AttentionProblem& p) override {
     AttentionOutput o = inner_->forward_cpu(p);
-    const std::size_t last = static_cast<std::size_t>(o.attention_outputs.numel()) / 2;
-    if (p.Tk >= 40 && o.attention_outputs.numel() > 0)
-      o.attention_outputs.set(last, o.attention_outputs.at(last) + 0.5f);
+    const std::size_t last = static_cast<std::size_t>(o.out.numel()) / 2;
+    if (p.Tk >= 40 && o.out.numel() > 0)
+      o.out.set(last, o.out.at(last) + 0.5f);
     return o;
   }
   bool implements_backward(Backend b) const override { return inner_->implements_backward(b); }

@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "backends/native/reference.h"
 #include "tests/backward/grad_testing.h"
 #include "tests/vulkan/vulkan_fixture.h"

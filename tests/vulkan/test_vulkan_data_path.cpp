@@ -4,6 +4,7 @@
 // and timestamps. Every test runs under validation with synchronization validation (fixture).
 #include <string>
 
+#include "attnops/ext/problem.h"
 #include "attnops/gpu.h"
 #include "tests/support/testing.h"
 #include "tests/vulkan/vulkan_fixture.h"

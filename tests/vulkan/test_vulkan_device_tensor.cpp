@@ -5,6 +5,7 @@
 #include <cstring>
 #include <string>
 
+#include "attnops/ext/problem.h"
 #include "attnops/gpu.h"
 #include "tests/support/testing.h"
 #include "tests/vulkan/vulkan_fixture.h"
@@ -93,8 +94,8 @@ TEST_F(VulkanDeviceTensor, KvCacheViewsAndAppendsWithoutReupload) {
     // The same call on host copies of the views, through the oracle.
     const Tensor kh = Tensor::copy_of(k_all.view().slice(1, 0, T + 1)),
                  vh = Tensor::copy_of(v_all.view().slice(1, 0, T + 1));
-    const AttentionProblem p = make_problem(q, kh, vh, o, attn.op().metadata());
-    AttentionBuffers got{out.attention_outputs, out.lse, std::nullopt, {}, {}};
+    const AttentionProblem p = make_problem(q, kh, vh, o, attn.metadata());
+    AttentionBuffers got{out.out, out.lse, std::nullopt, {}, {}};
     EXPECT_TRUE(within_tolerance(p, got)) << "T=" << T;
   }
 }
@@ -113,15 +114,15 @@ TEST_F(VulkanDeviceTensor, OutputStaysOnTheDeviceWhenQIsThere) {
     EXPECT_EQ(dev_out.decision.run.inputs, "device");
     EXPECT_EQ(dev_out.decision.run.output, "device");
     EXPECT_EQ(dev_out.decision.run.bytes_to_host, static_cast<std::uint64_t>(2 * 4 * 50) * 4u) << "lse only";
-    EXPECT_TRUE(dev_out.attention_outputs.shape().empty());
-    ASSERT_FALSE(dev_out.device_attention_outputs.empty());
-    EXPECT_EQ(dev_out.device_attention_outputs.dtype(), dt);
+    EXPECT_TRUE(dev_out.out.shape().empty());
+    ASSERT_FALSE(dev_out.device_out.empty());
+    EXPECT_EQ(dev_out.device_out.dtype(), dt);
     // The device path rounds exactly as the host path does (convert.comp for f16 / bf16).
-    EXPECT_TRUE(bitwise_equal(dev_out.device_attention_outputs.to_host(), host_out.attention_outputs));
+    EXPECT_TRUE(bitwise_equal(dev_out.device_out.to_host(), host_out.out));
     ASSERT_TRUE(dev_out.lse.has_value());
     EXPECT_TRUE(bitwise_equal(*dev_out.lse, *host_out.lse));
     // The output feeds the next call without leaving the device (as a q of the same shape).
-    const AttentionOutput chained = attn(dev_out.device_attention_outputs, dk, dv, c.options);
+    const AttentionOutput chained = attn(dev_out.device_out, dk, dv, c.options);
     EXPECT_EQ(chained.decision.run.inputs, "device");
   }
 }

@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 
+#include "attnops/ext/problem.h"
 #include "tests/support/testing.h"
 #include "tests/vulkan/vulkan_fixture.h"
 
@@ -24,8 +25,8 @@ AttentionOutput call_and_check(const std::string& name, const Config& cfg, const
   register_builtin_operators(r);
   const Attention attn = r.get(name, cfg);
   AttentionOutput out = attn(c.q, c.k, c.v, c.options);
-  const AttentionProblem p = make_problem(c.q, c.k, c.v, c.options, attn.op().metadata());
-  AttentionBuffers got{out.attention_outputs, out.lse, out.attention_weights, {}, {}};
+  const AttentionProblem p = make_problem(c.q, c.k, c.v, c.options, attn.metadata());
+  AttentionBuffers got{out.out, out.lse, out.attention_weights, {}, {}};
   EXPECT_TRUE(within_tolerance(p, got)) << name << ": " << out.decision.to_log_line();
   return out;
 }

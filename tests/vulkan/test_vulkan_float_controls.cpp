@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "attnops/ext/problem.h"
 #include "tests/support/testing.h"
 #include "tests/vulkan/vulkan_fixture.h"
 

@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "attnops/ext/problem.h"
 #include "tests/support/testing.h"
 #include "tests/vulkan/vulkan_fixture.h"
 

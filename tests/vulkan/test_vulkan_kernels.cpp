@@ -13,6 +13,7 @@
 #include <limits>
 #include <string>
 
+#include "attnops/ext/problem.h"
 #include "attnops/gpu.h"
 #include "backends/common/block_map.h"
 #include "backends/native/reference.h"
@@ -186,16 +187,16 @@ TEST_F(VulkanKernels, DeviceResidentKvCacheDecodeTakesSplitKv) {
       EXPECT_LT(out.decision.run.bytes_to_device, kv_bytes / 4) << out.decision.to_json();
       const Tensor kh = Tensor::copy_of(k_all.view().slice(1, 0, T + 1)),
                    vh = Tensor::copy_of(v_all.view().slice(1, 0, T + 1));
-      const AttentionProblem p = make_problem(q, kh, vh, o, attn.op().metadata());
-      AttentionBuffers got{out.attention_outputs, out.lse, std::nullopt, {}, {}};
+      const AttentionProblem p = make_problem(q, kh, vh, o, attn.metadata());
+      AttentionBuffers got{out.out, out.lse, std::nullopt, {}, {}};
       EXPECT_TRUE(within_tolerance(p, got));
       // q on the device too: the output stays there, rounded as the host path rounds it.
       const AttentionOutput dev = attn(to_device(q, software_ok()), kview, vview, o);
       EXPECT_EQ(dev.decision.run.output, "device");
       EXPECT_EQ(dev.decision.run.kernel, "flash_subgroup+split_kv");
-      const Tensor back = dev.device_attention_outputs.to_host();
-      ASSERT_EQ(back.nbytes(), out.attention_outputs.nbytes());
-      EXPECT_EQ(std::memcmp(back.data(), out.attention_outputs.data(), back.nbytes()), 0);
+      const Tensor back = dev.device_out.to_host();
+      ASSERT_EQ(back.nbytes(), out.out.nbytes());
+      EXPECT_EQ(std::memcmp(back.data(), out.out.data(), back.nbytes()), 0);
     }
   }
 }

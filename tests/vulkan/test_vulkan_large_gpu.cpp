@@ -10,6 +10,7 @@
 //    read-back goes through the host-cached staging ring (no uncached PCIe reads).
 #include <string>
 
+#include "attnops/ext/problem.h"
 #include "tests/support/testing.h"
 #include "tests/vulkan/injected_devices.h"
 #include "tests/vulkan/vulkan_fixture.h"

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map.h"
 #include "backends/native/reference.h"
 #include "tests/support/testing.h"

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "attnops/ext/problem.h"
 #include "backends/common/block_map.h"
 #if ATTNOPS_TEST_VULKAN_BUILT
 #include "backends/vulkan/vk_runtime.h"

@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "attnops/ext/problem.h"
 #include "backends/vulkan/vk_kernel_select.h"
 #if ATTNOPS_TEST_VULKAN_BUILT
 #include "backends/vulkan/vk_device.h"

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <string>
 
+#include "attnops/ext/problem.h"
 #include "tests/support/testing.h"
 #include "tests/vulkan/vulkan_fixture.h"
 

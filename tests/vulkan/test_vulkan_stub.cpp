@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "attnops/ext/problem.h"
 #include "tests/support/testing.h"
 #include "tests/vulkan/vulkan_fixture.h"
 

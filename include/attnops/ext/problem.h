@@ -17,6 +17,7 @@
 
 #include "attnops/decision.h"
 #include "attnops/device_tensor.h"
+#include "attnops/host.h"
 #include "attnops/mask.h"
 #include "attnops/metadata.h"
 #include "attnops/options.h"
@@ -69,10 +70,6 @@ struct AttentionProblem {
   // Storage of converted inputs (pointers above may point here).
   std::vector<Tensor> owned;
 };
-
-// The most worker threads one call uses: this machine's hardware threads (at least 1). A larger
-// num_threads (metadata, YAML, --threads) and a larger OpenMP default are clamped to it.
-int max_worker_threads();
 
 // Validates and normalises one call. Throws attnops::Error (shape_mismatch, unsupported_dtype,
 // invalid_argument) whose message names the argument, the shape found and the shape expected.

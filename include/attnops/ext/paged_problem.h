@@ -1,6 +1,6 @@
 // PagedProblem: the validated, normalised parameters of one paged call (paged.h), built once per
 // call by make_paged_problem() as make_problem() builds AttentionProblem for dense calls; every
-// backend's paged kernel takes it. Also the plan's data (PagedPlan::Data), which the kernels
+// backend's paged kernel takes it. Also the plan's data (PagedPlanData), which the kernels
 // read, and the per-row key range the masks leave visible.
 #pragma once
 
@@ -11,6 +11,7 @@
 
 #include "attnops/decision.h"
 #include "attnops/metadata.h"
+#include "attnops/options.h"
 #include "attnops/paged.h"
 #include "attnops/tensor.h"
 
@@ -21,12 +22,17 @@ namespace attnops {
 inline constexpr std::int64_t kPagedStreamMaxQ = 2;
 inline constexpr std::int64_t kPagedStreamMaxRows = 32;
 
+// The plan's data, which the kernels read.
+const PagedPlanData& plan_data(const PagedPlan& plan);
+
 // A key interval [lo, hi) (empty when lo >= hi).
 struct KeyRange {
   std::int64_t lo = 0, hi = 0;
 };
 
-struct PagedPlan::Data {
+struct PagedPlanData {
+  PagedAttentionOptions options;  // as given to plan_paged, softmax_aux pointing at `sinks`
+  Tensor sinks;                   // a copy of options.softmax_aux (empty without sinks)
   PagedKVSpec cache;
   std::int64_t S = 0, N = 0, Hq = 0, split_tokens = kDefaultKvSplitTokens;
   bool causal = true;
@@ -68,7 +74,7 @@ inline KeyRange visible_keys(bool causal, const std::optional<Window>& window,
   }
   return r;
 }
-inline KeyRange visible_keys(const PagedPlan::Data& d, std::int64_t s, std::int64_t i) {
+inline KeyRange visible_keys(const PagedPlanData& d, std::int64_t s, std::int64_t i) {
   return visible_keys(d.causal, d.window, d.chunk, d.q_len[static_cast<std::size_t>(s)],
                       d.kv_len[static_cast<std::size_t>(s)], i);
 }
@@ -86,7 +92,7 @@ struct PagedProblem {
   TensorView k_scales, v_scales;
   float k_scale = 1.f, v_scale = 1.f;
   PagedPlan plan;                          // the batch and its work list
-  const PagedPlan::Data* batch = nullptr;  // = &plan.data()
+  const PagedPlanData* batch = nullptr;  // = &plan_data(plan)
 
   double scale = 1.0;  // softmax scale (1/sqrt(D) unless the metadata sets one)
   std::optional<double> soft_cap;

@@ -25,9 +25,10 @@
 
 #include "attnops/backward.h"
 #include "attnops/decision.h"
+#include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "attnops/metadata.h"
 #include "attnops/options.h"
-#include "attnops/problem.h"
 
 namespace attnops {
 
