@@ -218,8 +218,8 @@ void run_row(Row& row, const Config& config, const CallSettings& threads, int re
   } else {
     const Tensor sdout = random_tensor(row.dtype, sr.out.shape(), 12);
     const AttentionGradients sg = attn.backward(small.q, small.k, small.v, sr, sdout, opts);
-    row.max_err = max_gradient_error_vs_oracle(small.q, small.k, small.v, sr.out, *sr.lse,
-                                               sdout, opts, metadata_that_ran(attn, sg.decision), sg);
+    row.max_err = max_gradient_error_vs_oracle(small.q, small.k, small.v, sr.out, *sr.lse, sdout, opts,
+                                               metadata_that_ran(attn, sg.decision), sg);
   }
 }
 

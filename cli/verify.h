@@ -2,8 +2,8 @@
 #pragma once
 
 #include "attnops/ext/operation.h"
-#include "attnops/options.h"
 #include "attnops/ext/problem.h"
+#include "attnops/options.h"
 #include "attnops/registry.h"
 #include "attnops/tensor.h"
 

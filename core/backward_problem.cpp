@@ -1,9 +1,10 @@
 // make_backward_problem: the forward's validation plus the residuals (out, lse) and dout.
+#include "attnops/ext/backward_problem.h"
+
 #include <string>
 
 #include "attnops/backward.h"
 #include "attnops/error.h"
-#include "attnops/ext/backward_problem.h"
 #include "attnops/ext/problem.h"
 
 namespace attnops {

@@ -8,10 +8,14 @@ namespace attnops {
 
 std::string_view backend_name(Backend b) {
   switch (b) {
-    case Backend::native: return "native";
-    case Backend::cpu: return "cpu";
-    case Backend::gpu: return "gpu";
-    case Backend::tpu: return "tpu";
+    case Backend::native:
+      return "native";
+    case Backend::cpu:
+      return "cpu";
+    case Backend::gpu:
+      return "gpu";
+    case Backend::tpu:
+      return "tpu";
   }
   return "?";
 }
@@ -28,18 +32,30 @@ std::string_view pass_name(Pass p) {
 
 std::string_view reason_code_name(ReasonCode c) {
   switch (c) {
-    case ReasonCode::decode: return "decode";
-    case ReasonCode::non_causal: return "non_causal";
-    case ReasonCode::seq_multiple: return "seq_multiple";
-    case ReasonCode::backend_unavailable: return "backend_unavailable";
-    case ReasonCode::not_implemented: return "not_implemented";
-    case ReasonCode::unsupported_feature: return "unsupported_feature";
-    case ReasonCode::unsupported_dtype: return "unsupported_dtype";
-    case ReasonCode::disabled_by_config: return "disabled_by_config";
-    case ReasonCode::gpu_error: return "gpu_error";
-    case ReasonCode::cpu_faster: return "cpu_faster";
-    case ReasonCode::selftest_failed: return "selftest_failed";
-    case ReasonCode::forced_native: return "forced_native";
+    case ReasonCode::decode:
+      return "decode";
+    case ReasonCode::non_causal:
+      return "non_causal";
+    case ReasonCode::seq_multiple:
+      return "seq_multiple";
+    case ReasonCode::backend_unavailable:
+      return "backend_unavailable";
+    case ReasonCode::not_implemented:
+      return "not_implemented";
+    case ReasonCode::unsupported_feature:
+      return "unsupported_feature";
+    case ReasonCode::unsupported_dtype:
+      return "unsupported_dtype";
+    case ReasonCode::disabled_by_config:
+      return "disabled_by_config";
+    case ReasonCode::gpu_error:
+      return "gpu_error";
+    case ReasonCode::cpu_faster:
+      return "cpu_faster";
+    case ReasonCode::selftest_failed:
+      return "selftest_failed";
+    case ReasonCode::forced_native:
+      return "forced_native";
   }
   return "?";
 }
@@ -63,11 +79,21 @@ void json_string(std::ostringstream& os, std::string_view s) {
   os << '"';
   for (unsigned char ch : s) {
     switch (ch) {
-      case '"': os << "\\\""; break;
-      case '\\': os << "\\\\"; break;
-      case '\n': os << "\\n"; break;
-      case '\t': os << "\\t"; break;
-      case '\r': os << "\\r"; break;
+      case '"':
+        os << "\\\"";
+        break;
+      case '\\':
+        os << "\\\\";
+        break;
+      case '\n':
+        os << "\\n";
+        break;
+      case '\t':
+        os << "\\t";
+        break;
+      case '\r':
+        os << "\\r";
+        break;
       default:
         if (ch < 0x20) {
           static const char* hex = "0123456789abcdef";

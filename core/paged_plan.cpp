@@ -179,8 +179,9 @@ PagedPlan plan_paged(const RaggedBatch& batch, const PagedKVSpec& cache, std::in
       fail(ErrorCode::unsupported_dtype,
            "sinks (softmax_aux): expected a float dtype, got " + std::string(dtype_name(s.dtype())));
     if (s.rank() != 1 || s.dim(0) != num_q_heads)
-      fail(ErrorCode::shape_mismatch, "sinks (softmax_aux): expected shape [Hq=" + std::to_string(num_q_heads) +
-                                          "] (one sink logit per q head), got " + shape_string(s.shape()));
+      fail(ErrorCode::shape_mismatch,
+           "sinks (softmax_aux): expected shape [Hq=" + std::to_string(num_q_heads) +
+               "] (one sink logit per q head), got " + shape_string(s.shape()));
     d->sinks = Tensor::copy_of(s);
     d->options.sinks = d->sinks.view();
     d->options.softmax_aux.reset();

@@ -171,8 +171,8 @@ PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, 
                std::string(dtype_name(spec.dtype)) + " (a paged call runs in the cache's dtype)");
     if (runtime_dtype && *runtime_dtype != spec.dtype)
       fail(ErrorCode::unsupported_dtype,
-           "runtime_dtype: " + std::string(dtype_name(*runtime_dtype)) +
-               " differs from the cache's dtype " + std::string(dtype_name(spec.dtype)) +
+           "runtime_dtype: " + std::string(dtype_name(*runtime_dtype)) + " differs from the cache's dtype " +
+               std::string(dtype_name(spec.dtype)) +
                " (a paged call runs in the cache's dtype; the cache is never converted)");
   }
   if (md.runtime_softmax_dtype != DType::f32)

@@ -1,9 +1,9 @@
 #include "core/paged_share.h"
 
-#include "attnops/ext/paged_problem.h"
-
 #include <algorithm>
 #include <cstring>
+
+#include "attnops/ext/paged_problem.h"
 
 namespace attnops::paged_share {
 

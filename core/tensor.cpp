@@ -15,12 +15,14 @@ namespace attnops {
 
 namespace {
 
-void set_shape(int& rank, std::array<std::int64_t, kMaxRank>& shape, const std::int64_t* dims, std::size_t n) {
+void set_shape(int& rank, std::array<std::int64_t, kMaxRank>& shape, const std::int64_t* dims,
+               std::size_t n) {
   if (n > static_cast<std::size_t>(kMaxRank))
     throw Error(ErrorCode::shape_mismatch, "tensor rank " + std::to_string(n) + " exceeds the maximum of 4");
   rank = static_cast<int>(n);
   for (std::size_t i = 0; i < n; ++i) {
-    if (dims[i] < 0) throw Error(ErrorCode::shape_mismatch, "tensor dimension " + std::to_string(i) + " is negative");
+    if (dims[i] < 0)
+      throw Error(ErrorCode::shape_mismatch, "tensor dimension " + std::to_string(i) + " is negative");
     shape[i] = dims[i];
   }
   // numel() is then an exact int64 for every view (no wrapped element counts downstream).
@@ -129,8 +131,8 @@ TensorView::TensorView(const void* data, DType dtype, const std::vector<std::int
     : data_(data), dtype_(dtype) {
   set_shape(rank_, shape_, shape.data(), shape.size());
   if (strides.size() != shape.size())
-    throw Error(ErrorCode::shape_mismatch, "tensor view: " + std::to_string(strides.size()) + " strides for rank " +
-                                               std::to_string(shape.size()));
+    throw Error(ErrorCode::shape_mismatch, "tensor view: " + std::to_string(strides.size()) +
+                                               " strides for rank " + std::to_string(shape.size()));
   for (std::size_t i = 0; i < strides.size(); ++i) strides_[i] = strides[i];
   check_extent(rank_, shape_, strides_, dtype_);
 }
@@ -176,9 +178,9 @@ std::int64_t TensorView::offset(std::initializer_list<std::int64_t> idx) const {
 
 TensorView TensorView::slice(int d, std::int64_t begin, std::int64_t end) const {
   if (d < 0 || d >= rank_ || begin < 0 || end < begin || end > shape_[static_cast<std::size_t>(d)])
-    throw Error(ErrorCode::invalid_argument, "slice: range [" + std::to_string(begin) + ", " + std::to_string(end) +
-                                                 ") of dimension " + std::to_string(d) + " is out of bounds for " +
-                                                 shape_string(shape()));
+    throw Error(ErrorCode::invalid_argument, "slice: range [" + std::to_string(begin) + ", " +
+                                                 std::to_string(end) + ") of dimension " + std::to_string(d) +
+                                                 " is out of bounds for " + shape_string(shape()));
   TensorView v = *this;
   v.shape_[static_cast<std::size_t>(d)] = end - begin;
   if (device_ != nullptr) {
@@ -192,9 +194,12 @@ TensorView TensorView::slice(int d, std::int64_t begin, std::int64_t end) const 
 
 Tensor::Tensor(DType dtype, std::vector<std::int64_t> shape) : dtype_(dtype), shape_(std::move(shape)) {
   if (shape_.size() > static_cast<std::size_t>(kMaxRank))
-    throw Error(ErrorCode::shape_mismatch, "tensor rank " + std::to_string(shape_.size()) + " exceeds the maximum of 4");
+    throw Error(ErrorCode::shape_mismatch,
+                "tensor rank " + std::to_string(shape_.size()) + " exceeds the maximum of 4");
   for (auto d : shape_)
-    if (d < 0) throw Error(ErrorCode::shape_mismatch, "tensor shape " + shape_string(shape_) + " has a negative dimension");
+    if (d < 0)
+      throw Error(ErrorCode::shape_mismatch,
+                  "tensor shape " + shape_string(shape_) + " has a negative dimension");
   const auto what = [&] { return shape_string(shape_) + " of " + std::string(dtype_name(dtype_)); };
   const auto n = checked_numel(shape_.data(), shape_.size());
   const auto bytes = n ? checked_mul(*n, static_cast<std::int64_t>(dtype_size(dtype_))) : std::nullopt;
@@ -290,8 +295,9 @@ Tensor Tensor::copy_of(const TensorView& v, DType to) {
     return t;
   }
   if (from_float != to_float)
-    throw Error(ErrorCode::unsupported_dtype, std::string("cannot convert ") + std::string(dtype_name(v.dtype())) +
-                                                  " to " + std::string(dtype_name(to)));
+    throw Error(ErrorCode::unsupported_dtype, std::string("cannot convert ") +
+                                                  std::string(dtype_name(v.dtype())) + " to " +
+                                                  std::string(dtype_name(to)));
   Tensor t(to, v.shape());
   const int r = v.rank();
   std::array<std::int64_t, kMaxRank> dims{1, 1, 1, 1}, st{0, 0, 0, 0};
@@ -314,7 +320,8 @@ Tensor Tensor::copy_of(const TensorView& v, DType to) {
             std::int64_t x = v.dtype() == DType::i32 ? *reinterpret_cast<const std::int32_t*>(e)
                                                      : *reinterpret_cast<const std::int64_t*>(e);
             if (to == DType::i32) {
-              if (x < std::numeric_limits<std::int32_t>::min() || x > std::numeric_limits<std::int32_t>::max())
+              if (x < std::numeric_limits<std::int32_t>::min() ||
+                  x > std::numeric_limits<std::int32_t>::max())
                 throw Error(ErrorCode::invalid_argument,
                             "integer value " + std::to_string(x) + " does not fit in i32");
               t.data_as<std::int32_t>()[o] = static_cast<std::int32_t>(x);

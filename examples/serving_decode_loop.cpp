@@ -137,9 +137,8 @@ int main() {
         const TensorView qs(q.data_as<float>() + q0 * kHq * kD, DType::f32, {1, q_len[i], kHq, kD});
         const Tensor want = oracle(qs, d.k, d.v).out;
         for (i64 e = 0; e < want.numel(); ++e)
-          worst = std::max(
-              worst, static_cast<double>(std::fabs(out.out.data_as<float>()[q0 * kHq * kD + e] -
-                                                   want.data_as<float>()[e])));
+          worst = std::max(worst, static_cast<double>(std::fabs(out.out.data_as<float>()[q0 * kHq * kD + e] -
+                                                                want.data_as<float>()[e])));
       }
     }
     for (i64 i = 0; i < S; ++i) seqs[active[i]].len += q_len[i];

@@ -14,8 +14,8 @@
 
 #include <limits>
 
-#include "attnops/options.h"
 #include "attnops/ext/problem.h"
+#include "attnops/options.h"
 
 namespace attnops {
 
@@ -35,7 +35,8 @@ AttentionOutput run_forward(const AttentionProblem& p, Kernel&& kernel) {
       }
     } else if (buffers.lse) {
       float* lse = buffers.lse->data_as<float>();
-      for (std::int64_t i = 0; i < buffers.lse->numel(); ++i) lse[i] = -std::numeric_limits<float>::infinity();
+      for (std::int64_t i = 0; i < buffers.lse->numel(); ++i)
+        lse[i] = -std::numeric_limits<float>::infinity();
     }
   }
   AttentionOutput out;

@@ -1,8 +1,8 @@
 #include "operators/gates.h"
 
-#include "attnops/ext/problem.h"
-
 #include <string>
+
+#include "attnops/ext/problem.h"
 
 namespace attnops::gates {
 
@@ -18,8 +18,8 @@ std::optional<Reason> check_non_causal(const FallbackPolicy& f, const AttentionP
 
 std::optional<Reason> check_seq_multiple(const FallbackPolicy& f, const AttentionProblem& p) {
   if (f.seq_multiple && f.seq_multiple_of > 0 && p.Tq % f.seq_multiple_of != 0)
-    return Reason{ReasonCode::seq_multiple,
-                  "q_len=" + std::to_string(p.Tq) + " is not a multiple of " + std::to_string(f.seq_multiple_of)};
+    return Reason{ReasonCode::seq_multiple, "q_len=" + std::to_string(p.Tq) + " is not a multiple of " +
+                                                std::to_string(f.seq_multiple_of)};
   return std::nullopt;
 }
 

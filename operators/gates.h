@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "attnops/decision.h"
-#include "attnops/metadata.h"
 #include "attnops/ext/problem.h"
+#include "attnops/metadata.h"
 
 namespace attnops::gates {
 

@@ -7,7 +7,9 @@
 
 namespace attnops {
 
-std::optional<Reason> OperationImpl::check_inputs(Backend, const AttentionProblem&) const { return std::nullopt; }
+std::optional<Reason> OperationImpl::check_inputs(Backend, const AttentionProblem&) const {
+  return std::nullopt;
+}
 
 AttentionOutput OperationImpl::forward_cpu(const AttentionProblem&) {
   throw Error(ErrorCode::not_implemented, name() + ": forward_cpu is not implemented");
@@ -18,16 +20,21 @@ AttentionOutput OperationImpl::forward_gpu(const AttentionProblem&) {
 }
 
 AttentionOutput OperationImpl::forward_tpu(const AttentionProblem&) {
-  throw Error(ErrorCode::backend_unavailable,
-              name() + ": forward_tpu: no TPU runtime exists in this build (attnops has no PJRT/libtpu backend)");
+  throw Error(
+      ErrorCode::backend_unavailable,
+      name() + ": forward_tpu: no TPU runtime exists in this build (attnops has no PJRT/libtpu backend)");
 }
 
 AttentionOutput OperationImpl::forward(Backend backend, const AttentionProblem& p) {
   switch (backend) {
-    case Backend::native: return forward_native(p);
-    case Backend::cpu: return forward_cpu(p);
-    case Backend::gpu: return forward_gpu(p);
-    case Backend::tpu: return forward_tpu(p);
+    case Backend::native:
+      return forward_native(p);
+    case Backend::cpu:
+      return forward_cpu(p);
+    case Backend::gpu:
+      return forward_gpu(p);
+    case Backend::tpu:
+      return forward_tpu(p);
   }
   throw Error(ErrorCode::internal, "unknown backend");
 }

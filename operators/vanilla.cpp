@@ -10,7 +10,9 @@
 
 namespace attnops {
 
-OperationMetadata VanillaAttn::default_metadata() { return OperationMetadata{}; }
+OperationMetadata VanillaAttn::default_metadata() {
+  return OperationMetadata{};
+}
 
 std::optional<Reason> VanillaAttn::check_inputs(Backend b, const AttentionProblem& p) const {
   if (b == Backend::gpu) return vulkan::check_inputs(vulkan::Kernel::vanilla, p, metadata().gpu);
@@ -18,7 +20,8 @@ std::optional<Reason> VanillaAttn::check_inputs(Backend b, const AttentionProble
 }
 
 AttentionOutput VanillaAttn::forward_native(const AttentionProblem& p) {
-  return run_forward(p, [](const AttentionProblem& q, AttentionBuffers& b) { native::reference_attention(q, b); });
+  return run_forward(
+      p, [](const AttentionProblem& q, AttentionBuffers& b) { native::reference_attention(q, b); });
 }
 
 AttentionOutput VanillaAttn::forward_cpu(const AttentionProblem& p) {

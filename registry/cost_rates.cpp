@@ -11,8 +11,8 @@
 #include <tuple>
 
 #include "attnops/error.h"
-#include "attnops/host.h"
 #include "attnops/ext/problem.h"
+#include "attnops/host.h"
 #include "backends/vulkan/vulkan_backend.h"
 #include "core/cache_file.h"
 #include "operators/flash_attn2.h"

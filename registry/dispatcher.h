@@ -25,10 +25,10 @@
 #include <vector>
 
 #include "attnops/ext/backward_problem.h"
+#include "attnops/ext/operation.h"
 #include "attnops/ext/paged_problem.h"
 #include "attnops/ext/problem.h"
 #include "attnops/host.h"
-#include "attnops/ext/operation.h"
 #include "attnops/options.h"
 #include "attnops/paged.h"
 

@@ -17,7 +17,8 @@ AttentionOutput Attention::operator()(const TensorView& q, const TensorView& k, 
 
 DispatchDecision Attention::explain(const TensorView& q, const TensorView& k, const TensorView& v,
                                     const AttentionOptions& options) const {
-  return dispatch(*op_, *vanilla_, *host_, q, k, v, options, RuntimeFlags::from_env(), /*execute=*/false).decision;
+  return dispatch(*op_, *vanilla_, *host_, q, k, v, options, RuntimeFlags::from_env(), /*execute=*/false)
+      .decision;
 }
 
 AttentionGradients Attention::backward(const TensorView& q, const TensorView& k, const TensorView& v,
@@ -39,13 +40,13 @@ AttentionGradients Attention::backward(const TensorView& q, const TensorView& k,
 void Attention::require_paged() const {
   for (Backend b : {Backend::native, Backend::cpu, Backend::gpu, Backend::tpu})
     if (op_->implements_paged(b)) return;
-  throw Error(ErrorCode::not_implemented,
-              "'" + op_->name() +
-                  "' does not serve paged batches: use the ragged_paged operator "
-                  "(registry().get(\"ragged_paged\"), alias \"paged\")");
+  throw Error(ErrorCode::not_implemented, "'" + op_->name() +
+                                              "' does not serve paged batches: use the ragged_paged operator "
+                                              "(registry().get(\"ragged_paged\"), alias \"paged\")");
 }
 
-AttentionOutput Attention::paged(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan) const {
+AttentionOutput Attention::paged(const TensorView& q, const PagedKVCache& cache,
+                                 const PagedPlan& plan) const {
   require_paged();
   return dispatch_paged(*op_, *host_, q, cache, plan, plan.options(), RuntimeFlags::from_env(),
                         /*execute=*/true);
@@ -66,7 +67,8 @@ AttentionOutput Attention::paged(const TensorView& q, const PagedKVCache& cache,
   return paged(q, cache, plan_paged(batch, cache.spec(), q.dim(0), q.dim(1), options));
 }
 
-DispatchDecision Attention::explain(const TensorView& q, const PagedKVCache& cache, const PagedPlan& plan) const {
+DispatchDecision Attention::explain(const TensorView& q, const PagedKVCache& cache,
+                                    const PagedPlan& plan) const {
   require_paged();
   return dispatch_paged(*op_, *host_, q, cache, plan, plan.options(), RuntimeFlags::from_env(),
                         /*execute=*/false)
@@ -160,7 +162,8 @@ Registry::EntryPtr Registry::lookup(std::string_view name) const {
     }
   }
   // The name may come from a file or a user: control bytes escaped, length bounded (printable.h).
-  std::string msg = "unknown operator '" + printable(name) + "'; registered: " + (listing.empty() ? "none" : listing);
+  std::string msg =
+      "unknown operator '" + printable(name) + "'; registered: " + (listing.empty() ? "none" : listing);
   if (auto s = nearest_name(name, all)) msg += "; did you mean '" + *s + "'?";
   throw Error(ErrorCode::unknown_operator, msg);
 }

@@ -1,12 +1,12 @@
 #include "verify/compare.h"
 
-#include "attnops/ext/problem.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <sstream>
+
+#include "attnops/ext/problem.h"
 
 namespace attnops::verify {
 

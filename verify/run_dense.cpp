@@ -145,8 +145,7 @@ std::vector<Finding> run_dense(const RunSettings& rs, const DenseSpec& spec,
       if (refused)
         tally.skip("gpu variant " + t.kernel +
                    " not applicable here: the default variant ran (and was checked)");
-      add(found, t, problem,
-          compare_values("out", out.out, oracle.fwd.out, out_shape, oracle.tol.out));
+      add(found, t, problem, compare_values("out", out.out, oracle.fwd.out, out_shape, oracle.tol.out));
       if (opts.return_lse) {
         if (!out.lse)
           found.push_back({t, {"lse", 0, 0, "return_lse was set but no lse came back"}, problem});
@@ -208,8 +207,7 @@ std::vector<Finding> run_dense(const RunSettings& rs, const DenseSpec& spec,
     if (!guarded([&] { backward(g); })) continue;
     add(found, t, problem, check_decision(t, g.decision, "", nullptr, empty));
     if (!oracle.grads) {
-      const BackwardProblem bp =
-          make_backward_problem(in.q, in.k, in.v, fwd.out, *fwd.lse, in.dout, o, md);
+      const BackwardProblem bp = make_backward_problem(in.q, in.k, in.v, fwd.out, *fwd.lse, in.dout, o, md);
       oracle.grads = std::make_unique<native::ReferenceGradients>(native::reference_backward_f64(bp));
     }
     const native::ReferenceGradients& want = *oracle.grads;

@@ -240,8 +240,7 @@ std::vector<Finding> run_paged(const RunSettings& rs, const PagedSpec& spec,
                                 " vs " + (in.options.share_prefixes ? "off" : "on") + " (";
         for (std::size_t i = 0; i < results.size(); ++i) {
           if (i == 1 && !other.lse) break;
-          if (auto m = compare_bitwise(i == 0 ? "out" : "lse", results[i],
-                                       i == 0 ? other.out : *other.lse)) {
+          if (auto m = compare_bitwise(i == 0 ? "out" : "lse", results[i], i == 0 ? other.out : *other.lse)) {
             m->what = how + m->what + ")";
             found.push_back({t, *m, problem});
           }

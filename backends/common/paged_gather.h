@@ -7,9 +7,9 @@
 #include <cstdint>
 #include <optional>
 
-#include "attnops/options.h"
 #include "attnops/ext/paged_problem.h"
 #include "attnops/ext/problem.h"
+#include "attnops/options.h"
 
 namespace attnops::paged {
 

@@ -11,8 +11,8 @@
 #include <mutex>
 
 #include "attnops/environment.h"
-#include "attnops/ext/environment.h"
 #include "attnops/error.h"
+#include "attnops/ext/environment.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>

@@ -4,9 +4,8 @@
 // runs the same tasks and tests can check the working set without running a kernel.
 #include <algorithm>
 
-#include "backends/cpu/vanilla_cpu.h"
-
 #include "attnops/ext/problem.h"
+#include "backends/cpu/vanilla_cpu.h"
 
 namespace attnops::cpu {
 

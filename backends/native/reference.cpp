@@ -105,7 +105,8 @@ void reference_attention(const AttentionProblem& p, AttentionBuffers& buffers) {
   const ReferenceResult r = reference_attention_f64(p, buffers.weights.has_value());
   for (std::size_t i = 0; i < r.out.size(); ++i) buffers.out.set(i, static_cast<float>(r.out[i]));
   if (buffers.lse)
-    for (std::size_t i = 0; i < r.lse.size(); ++i) buffers.lse->data_as<float>()[i] = static_cast<float>(r.lse[i]);
+    for (std::size_t i = 0; i < r.lse.size(); ++i)
+      buffers.lse->data_as<float>()[i] = static_cast<float>(r.lse[i]);
   if (buffers.weights)
     for (std::size_t i = 0; i < r.weights.size(); ++i)
       buffers.weights->data_as<float>()[i] = static_cast<float>(r.weights[i]);

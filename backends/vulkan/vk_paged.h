@@ -15,8 +15,8 @@
 #include <optional>
 
 #include "attnops/decision.h"
-#include "attnops/metadata.h"
 #include "attnops/ext/paged_problem.h"
+#include "attnops/metadata.h"
 
 namespace attnops::vulkan {
 

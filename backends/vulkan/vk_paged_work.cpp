@@ -1,8 +1,8 @@
 #include "backends/vulkan/vk_paged_work.h"
 
-#include "attnops/ext/paged_problem.h"
-
 #include <algorithm>
+
+#include "attnops/ext/paged_problem.h"
 
 namespace attnops::vulkan::paged {
 

@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "attnops/metadata.h"
 #include "attnops/ext/problem.h"
+#include "attnops/metadata.h"
 #include "backends/vulkan/vk_instance.h"
 #include "backends/vulkan/vk_kernel_select.h"
 #include "backends/vulkan/vulkan_backend.h"

@@ -1,8 +1,7 @@
 // Launch plan of vanilla's GEMM path (vk_launch.h): scores, row softmax, P V.
-#include "backends/vulkan/vk_launch.h"
-
 #include "attnops/ext/problem.h"
 #include "backends/vulkan/vk_attention.h"
+#include "backends/vulkan/vk_launch.h"
 
 namespace attnops::vulkan {
 

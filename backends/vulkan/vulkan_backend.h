@@ -9,9 +9,9 @@
 #include "attnops/backward.h"
 #include "attnops/decision.h"
 #include "attnops/ext/backward_problem.h"
+#include "attnops/ext/problem.h"
 #include "attnops/host.h"
 #include "attnops/metadata.h"
-#include "attnops/ext/problem.h"
 #include "backends/common/block_map.h"
 
 namespace attnops::vulkan {

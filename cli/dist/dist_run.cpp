@@ -162,8 +162,7 @@ int run(World& world, const DistRunArgs& a) {
   const Tensor k = scatter_shard(comm, ptr(kK), meta_of(h, kK), kl, 1, 2);
   const Tensor v = scatter_shard(comm, ptr(kV), meta_of(h, kV), kl, 1, 3);
   std::optional<Tensor> sinks, seg_q, seg_kv, dout;
-  if (h.rank[kSinks])
-    opts.sinks = (sinks = broadcast_tensor(comm, ptr(kSinks), meta_of(h, kSinks)))->view();
+  if (h.rank[kSinks]) opts.sinks = (sinks = broadcast_tensor(comm, ptr(kSinks), meta_of(h, kSinks)))->view();
   if (h.rank[kSegQ]) {
     opts.segment_ids_q = (seg_q = scatter_shard(comm, ptr(kSegQ), meta_of(h, kSegQ), ql, 1, 4))->view();
     opts.segment_ids_kv = (seg_kv = scatter_shard(comm, ptr(kSegKv), meta_of(h, kSegKv), kl, 1, 5))->view();

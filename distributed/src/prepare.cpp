@@ -4,10 +4,9 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dist_impl.h"
-
 #include "attnops/ext/backward_problem.h"
 #include "attnops/ext/problem.h"
+#include "dist_impl.h"
 
 namespace attnops::dist::detail {
 

@@ -54,9 +54,9 @@ struct PassTiming {
   bool operator==(const PassTiming&) const = default;
 };
 struct RunTimings {
-  double host_pack_ms = 0;    // host: packing inputs into mapped device / staging memory
-  double upload_ms = 0;       // device: host -> device copies (0 when the mapping was written directly)
-  double kernel_ms = 0;       // device: all kernel passes
+  double host_pack_ms = 0;  // host: packing inputs into mapped device / staging memory
+  double upload_ms = 0;     // device: host -> device copies (0 when the mapping was written directly)
+  double kernel_ms = 0;     // device: all kernel passes
   std::vector<PassTiming> passes;
   double download_ms = 0;     // device: device -> host copies
   double host_unpack_ms = 0;  // host: reading results back (and rounding to the output dtype)
@@ -99,7 +99,7 @@ std::string_view pass_name(Pass p);  // "forward", "backward"
 struct CostEstimate {
   double gpu_us = 0, cpu_us = 0;
   double upload_us = 0, kernel_us = 0, download_us = 0, call_us = 0;  // the parts of gpu_us
-  std::string rates_source;  // "config", "cache FILE", "measured"
+  std::string rates_source;                                           // "config", "cache FILE", "measured"
   bool operator==(const CostEstimate&) const = default;
 };
 
@@ -117,11 +117,11 @@ struct CallSettings {
 
 struct DispatchDecision {
   Pass pass = Pass::forward;
-  std::string requested;          // the name asked for (alias resolved to the canonical name)
-  std::string op;                 // the operator that ran
+  std::string requested;  // the name asked for (alias resolved to the canonical name)
+  std::string op;         // the operator that ran
   Backend backend = Backend::native;
-  std::vector<Reason> reasons;    // in the order they were found
-  RunInfo run;                    // set after the call ran (empty for plan())
+  std::vector<Reason> reasons;       // in the order they were found
+  RunInfo run;                       // set after the call ran (empty for plan())
   std::optional<CostEstimate> cost;  // set when auto's cost rule compared gpu and cpu
   CallSettings settings;             // the per-call settings that overrode the metadata
 

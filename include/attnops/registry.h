@@ -34,9 +34,9 @@ class OperationImpl;
 using OperationFactory = std::function<std::shared_ptr<OperationImpl>(const OperationMetadata&)>;
 
 struct OperationEntry {
-  std::string name;                  // canonical
+  std::string name;  // canonical
   std::vector<std::string> aliases;
-  OperationMetadata defaults;        // the operator's own defaults (fallbacks, block sizes)
+  OperationMetadata defaults;  // the operator's own defaults (fallbacks, block sizes)
   OperationFactory make;
 };
 
@@ -132,10 +132,10 @@ class Registry {
   Attention get(std::string_view name, const Config& config = {}) const;
   Attention get(std::string_view name, const OperationMetadata& metadata) const;
 
-  std::vector<std::string> list() const;            // canonical names, sorted
+  std::vector<std::string> list() const;  // canonical names, sorted
   // A copy of the entry (a reference could dangle once add() replaces it); throws unknown_operator.
   OperationEntry entry(std::string_view name_or_alias) const;
-  std::string canonical(std::string_view name_or_alias) const;       // throws unknown_operator
+  std::string canonical(std::string_view name_or_alias) const;  // throws unknown_operator
   const Host& host() const { return *host_; }
   std::shared_ptr<const Host> host_ptr() const { return host_; }
 

@@ -88,7 +88,8 @@ class Operator {
   py::dict explain(py::handle q, py::handle k, py::handle v, const CallArgs& a) {
     const BorrowedTensor bq = borrow(q, "q", a.uint16_is_bf16), bk = borrow(k, "k", a.uint16_is_bf16),
                          bv = borrow(v, "v", a.uint16_is_bf16);
-    const DispatchDecision d = without_gil([&] { return base_.explain(bq.view, bk.view, bv.view, a.options); });
+    const DispatchDecision d =
+        without_gil([&] { return base_.explain(bq.view, bk.view, bv.view, a.options); });
     return decision_dict(d);
   }
 

@@ -255,7 +255,8 @@ py::object paged_call(const Attention& attn, py::handle q, py::handle cache_obj,
     throw py::type_error("batch: expected an attnops.RaggedBatch or an attnops.PagedPlan");
   // With a plan, the run starts from the plan's options (as C++'s paged(q, cache, plan)); a keyword
   // given a value other than its default replaces the plan's (masks that differ: a typed error).
-  const PagedAttentionOptions o = plan != nullptr ? with_plan_options(plan->plan.options(), a.options) : a.options;
+  const PagedAttentionOptions o =
+      plan != nullptr ? with_plan_options(plan->plan.options(), a.options) : a.options;
   if (explain) {
     const DispatchDecision d = without_gil([&] {
       const PagedPlan p = plan != nullptr ? plan->plan

@@ -86,8 +86,7 @@ TEST(BackwardApiRouting, DecodeRunsVanillaBackward) {
   const AttentionGradients g = attn.backward(c.q, c.k, c.v, fwd, dout);
   EXPECT_EQ(g.decision.op, "vanilla");
   EXPECT_TRUE(g.decision.has(ReasonCode::decode));
-  const BackwardProblem bp =
-      make_backward_problem(c.q, c.k, c.v, fwd.out, *fwd.lse, dout, {}, {});
+  const BackwardProblem bp = make_backward_problem(c.q, c.k, c.v, fwd.out, *fwd.lse, dout, {}, {});
   EXPECT_TRUE(testing::gradients_match(bp, native::reference_backward_f64(bp), g));
 }
 
@@ -115,8 +114,7 @@ TEST(BackwardApiDtypes, GradientsInTheRuntimeDtype) {
     EXPECT_EQ(g.dv.dtype(), want);
     EXPECT_EQ(g.dsinks->dtype(), DType::f32);
     EXPECT_EQ(g.dbias->dtype(), DType::f32);
-    const BackwardProblem bp =
-        make_backward_problem(c.q, c.k, c.v, fwd.out, *fwd.lse, dout, o, md);
+    const BackwardProblem bp = make_backward_problem(c.q, c.k, c.v, fwd.out, *fwd.lse, dout, o, md);
     EXPECT_TRUE(testing::gradients_match(bp, native::reference_backward_f64(bp), g)) << dtype_name(want);
   }
 }

@@ -44,7 +44,9 @@ TEST_P(BackwardParity, CpuMatchesOracle) {
 
 INSTANTIATE_TEST_SUITE_P(Explicit, BackwardParity, ::testing::ValuesIn(tiled_test::explicit_cases()),
                          [](const auto& info) { return info.param.name; });
-INSTANTIATE_TEST_SUITE_P(Random, BackwardParity, ::testing::ValuesIn(tiled_test::random_cases(testing::random_case_count(140), 20261122)),
+INSTANTIATE_TEST_SUITE_P(Random, BackwardParity,
+                         ::testing::ValuesIn(tiled_test::random_cases(testing::random_case_count(140),
+                                                                      20261122)),
                          [](const auto& info) { return info.param.name; });
 
 // Outer strides that are not the contiguous ones, for q, k, v and dout (out copied as is).

@@ -120,8 +120,7 @@ void run_serially(std::vector<Job>& jobs) {
     j.expected = j.shared(j.c.q, j.c.k, j.c.v, j.c.options);
     ASSERT_EQ(j.expected.decision.backend, j.backend) << j.op << " " << j.expected.decision.to_json();
     const AttentionProblem p = make_problem(j.c.q, j.c.k, j.c.v, j.c.options, j.shared.metadata());
-    const AttentionBuffers got{
-        j.expected.out, j.expected.lse, j.expected.attention_weights, {}, {}};
+    const AttentionBuffers got{j.expected.out, j.expected.lse, j.expected.attention_weights, {}, {}};
     EXPECT_TRUE(within_tolerance(p, got))
         << j.op << " on " << backend_name(j.backend) << " " << j.c.describe();
   }

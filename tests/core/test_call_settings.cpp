@@ -98,8 +98,7 @@ TEST(CallSettings, CallScaleOverridesTheMetadataScaleInTheBackward) {
   EXPECT_EQ(g.decision.settings.softmax_scale, kScale);
   OperationMetadata omd;
   omd.softmax_scale = kScale;
-  const BackwardProblem bp =
-      make_backward_problem(c.q, c.k, c.v, out.out, *out.lse, dout, c.options, omd);
+  const BackwardProblem bp = make_backward_problem(c.q, c.k, c.v, out.out, *out.lse, dout, c.options, omd);
   EXPECT_TRUE(gradients_match(bp, native::reference_backward_f64(bp), g));
 }
 

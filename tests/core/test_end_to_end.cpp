@@ -56,18 +56,19 @@ TEST_P(EndToEnd, MatchesOracleOverFeatureGrid) {
     // Rebuild the problem the way the dispatcher did, and compare with the oracle.
     AttentionProblem p = make_problem(c.q, c.k, c.v, o, attn.metadata());
     AttentionBuffers got{out.out, out.lse, out.attention_weights, {}, {}};
-    EXPECT_TRUE(within_tolerance(p, got)) << op << " " << backend_name(backend) << " " << c.describe() << " ran "
-                                          << out.decision.to_json();
+    EXPECT_TRUE(within_tolerance(p, got))
+        << op << " " << backend_name(backend) << " " << c.describe() << " ran " << out.decision.to_json();
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllOperators, EndToEnd,
-                         ::testing::Values(E2E{"vanilla", Backend::native}, E2E{"vanilla", Backend::cpu},
-                                           E2E{"blocksparse", Backend::native}, E2E{"blocksparse", Backend::cpu},
-                                           E2E{"flash_attn2", Backend::native}, E2E{"flash_attn2", Backend::cpu}),
-                         [](const auto& info) {
-                           return std::string(info.param.op) + "_" + std::string(backend_name(info.param.backend));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    AllOperators, EndToEnd,
+    ::testing::Values(E2E{"vanilla", Backend::native}, E2E{"vanilla", Backend::cpu},
+                      E2E{"blocksparse", Backend::native}, E2E{"blocksparse", Backend::cpu},
+                      E2E{"flash_attn2", Backend::native}, E2E{"flash_attn2", Backend::cpu}),
+    [](const auto& info) {
+      return std::string(info.param.op) + "_" + std::string(backend_name(info.param.backend));
+    });
 
 TEST(EndToEndWeights, VanillaWeightsMatchOracle) {
   CaseSpec s;

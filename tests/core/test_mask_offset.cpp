@@ -190,8 +190,8 @@ void expect_blocks_match_oracle(Backend backend) {
         EXPECT_TRUE(within_tolerance(p, got));
         const AttentionGradients g = attn.backward(call.q, call.k, call.v, out, dout, call.options);
         ASSERT_EQ(g.decision.backend, backend) << g.decision.to_json();
-        const BackwardProblem bp = make_backward_problem(call.q, call.k, call.v, out.out,
-                                                         *out.lse, dout, call.options, attn.metadata());
+        const BackwardProblem bp = make_backward_problem(call.q, call.k, call.v, out.out, *out.lse, dout,
+                                                         call.options, attn.metadata());
         EXPECT_TRUE(gradients_match(bp, native::reference_backward_f64(bp), g));
       }
     }

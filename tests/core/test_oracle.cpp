@@ -99,9 +99,13 @@ TEST(Oracle, SegmentsAndPerHeadMask) {
   Tensor q(DType::f32, {1, 4, 2, 2}), k(DType::f32, {1, 4, 1, 2});
   Tensor v = ramp_v(1, 4, 1, 2);
   Tensor sq(DType::i32, {1, 4}), skv(DType::i32, {1, 4});
-  for (int i = 0; i < 4; ++i) sq.data_as<std::int32_t>()[i] = i < 2 ? 0 : 1, skv.data_as<std::int32_t>()[i] = i < 3 ? 0 : 1;
-  auto r = run(q, k, v, {.causal = false, .segment_ids_q = sq.view(), .segment_ids_kv = skv.view(),
-                         .mask = Mask::per_head({Mask::full(), Mask::local(0, 0)})});
+  for (int i = 0; i < 4; ++i)
+    sq.data_as<std::int32_t>()[i] = i < 2 ? 0 : 1, skv.data_as<std::int32_t>()[i] = i < 3 ? 0 : 1;
+  auto r = run(q, k, v,
+               {.causal = false,
+                .segment_ids_q = sq.view(),
+                .segment_ids_kv = skv.view(),
+                .mask = Mask::per_head({Mask::full(), Mask::local(0, 0)})});
   EXPECT_DOUBLE_EQ(r.out[(0 * 2 + 0) * 2], 1.0);  // row 0, head 0: keys 0..2 (segment 0)
   EXPECT_DOUBLE_EQ(r.out[(0 * 2 + 1) * 2], 0.0);  // row 0, head 1: key 0 only
   EXPECT_DOUBLE_EQ(r.out[(2 * 2 + 0) * 2], 3.0);  // row 2, head 0: key 3 (segment 1)

@@ -5,7 +5,6 @@
 #include <string>
 
 #include "attnops/attnops.h"
-
 #include "attnops/ext/problem.h"
 
 namespace attnops {

@@ -53,9 +53,11 @@ TEST(Validation, WrongRank) {
 TEST(Validation, MismatchedBatchHeadDimAndLength) {
   Inputs in;
   Tensor kb(DType::f32, {3, 12, 2, 16});
-  EXPECT_THAT(error_of(in.q, kb, in.v).what(), AllOf(HasSubstr("k:"), HasSubstr("B=2"), HasSubstr("[3, 12, 2, 16]")));
+  EXPECT_THAT(error_of(in.q, kb, in.v).what(),
+              AllOf(HasSubstr("k:"), HasSubstr("B=2"), HasSubstr("[3, 12, 2, 16]")));
   Tensor kd(DType::f32, {2, 12, 2, 20});
-  EXPECT_THAT(error_of(in.q, kd, in.v).what(), AllOf(HasSubstr("k:"), HasSubstr("D=16"), HasSubstr("[2, 12, 2, 20]")));
+  EXPECT_THAT(error_of(in.q, kd, in.v).what(),
+              AllOf(HasSubstr("k:"), HasSubstr("D=16"), HasSubstr("[2, 12, 2, 20]")));
   Tensor vt(DType::f32, {2, 11, 2, 24});
   Error e = error_of(in.q, in.k, vt);
   EXPECT_EQ(e.code(), ErrorCode::shape_mismatch);
@@ -103,10 +105,12 @@ TEST(Validation, WindowChunkSoftCap) {
   Inputs in;
   EXPECT_THAT(error_of(in.q, in.k, in.v, {.sliding_window = Window{-1, 0}}).what(),
               AllOf(HasSubstr("sliding_window"), HasSubstr("(-1, 0)")));
-  EXPECT_THAT(error_of(in.q, in.k, in.v, {.sliding_window = Window{3, -2}}).what(), HasSubstr("sliding_window"));
+  EXPECT_THAT(error_of(in.q, in.k, in.v, {.sliding_window = Window{3, -2}}).what(),
+              HasSubstr("sliding_window"));
   EXPECT_THAT(error_of(in.q, in.k, in.v, {.chunk_size = 0}).what(), HasSubstr("chunk_size"));
   EXPECT_THAT(error_of(in.q, in.k, in.v, {.logits_soft_cap = 0.0}).what(), HasSubstr("logits_soft_cap"));
-  EXPECT_THAT(error_of(in.q, in.k, in.v, {.logits_soft_cap = std::nan("")}).what(), HasSubstr("logits_soft_cap"));
+  EXPECT_THAT(error_of(in.q, in.k, in.v, {.logits_soft_cap = std::nan("")}).what(),
+              HasSubstr("logits_soft_cap"));
 }
 
 TEST(Validation, SegmentIds) {
@@ -119,7 +123,8 @@ TEST(Validation, SegmentIds) {
   EXPECT_EQ(error_of(in.q, in.k, in.v, {.segment_ids_q = fl.view(), .segment_ids_kv = skv.view()}).code(),
             ErrorCode::unsupported_dtype);
   Tensor s64(DType::i64, {2, 8});  // i64 is accepted and narrowed
-  EXPECT_NO_THROW(make_problem(in.q, in.k, in.v, {.segment_ids_q = s64.view(), .segment_ids_kv = skv.view()}, {}));
+  EXPECT_NO_THROW(
+      make_problem(in.q, in.k, in.v, {.segment_ids_q = s64.view(), .segment_ids_kv = skv.view()}, {}));
 }
 
 TEST(Validation, BiasShapes) {
@@ -147,7 +152,8 @@ TEST(Validation, Sinks) {
 TEST(Validation, PerHeadMaskHeadCount) {
   Inputs in;
   Mask m = Mask::per_head({Mask::causal(), Mask::full()});
-  EXPECT_THAT(error_of(in.q, in.k, in.v, {.mask = m}).what(), AllOf(HasSubstr("mask"), HasSubstr("expected 4")));
+  EXPECT_THAT(error_of(in.q, in.k, in.v, {.mask = m}).what(),
+              AllOf(HasSubstr("mask"), HasSubstr("expected 4")));
 }
 
 TEST(Validation, BlockSizesAndThreads) {
@@ -182,7 +188,8 @@ TEST(Validation, EmptyProblemsAreFine) {
   for (const char* op : {"vanilla", "flash_attn2"}) {
     auto out = registry().get(op)(q, k, v, {.causal = false, .return_lse = true});
     ASSERT_TRUE(out.lse.has_value());
-    for (std::int64_t i = 0; i < out.lse->numel(); ++i) EXPECT_TRUE(std::isinf(out.lse->at(static_cast<std::size_t>(i))));
+    for (std::int64_t i = 0; i < out.lse->numel(); ++i)
+      EXPECT_TRUE(std::isinf(out.lse->at(static_cast<std::size_t>(i))));
     for (std::int64_t i = 0; i < out.out.numel(); ++i)
       EXPECT_EQ(out.out.at(static_cast<std::size_t>(i)), 0.f);
   }

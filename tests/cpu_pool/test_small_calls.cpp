@@ -61,8 +61,7 @@ void expect_bitwise_repeatable(const char* op, const Inputs& in, int threads) {
   ASSERT_THAT(a.decision.run.kernel_detail, Not(HasSubstr("small call")));
   for (int rep = 0; rep < 4; ++rep) {
     const AttentionOutput b = run(op, in, threads);
-    EXPECT_EQ(
-        std::memcmp(a.out.data(), b.out.data(), a.out.nbytes()), 0)
+    EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.nbytes()), 0)
         << op << " threads " << threads << " rep " << rep;
     EXPECT_EQ(std::memcmp(a.lse->data(), b.lse->data(), a.lse->nbytes()), 0) << op << " threads " << threads;
   }

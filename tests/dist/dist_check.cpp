@@ -169,8 +169,8 @@ Report check_case(Communicator& comm, const std::string& op, const DistCase& c) 
   const AttentionGradients single_g = local.backward(full.q, full.k, full.v, single, dout, opts);
   const AttentionProblem fp = make_problem(full.q, full.k, full.v, opts, local.metadata());
   const native::ReferenceResult ref = native::reference_attention_f64(fp, false);
-  const BackwardProblem bp = make_backward_problem(full.q, full.k, full.v, single.out,
-                                                   *single.lse, dout, opts, local.metadata());
+  const BackwardProblem bp =
+      make_backward_problem(full.q, full.k, full.v, single.out, *single.lse, dout, opts, local.metadata());
   const native::ReferenceGradients ref_g = native::reference_backward_f64(bp);
 
   // This rank's shards.
@@ -221,8 +221,7 @@ Report check_case(Communicator& comm, const std::string& op, const DistCase& c) 
       fail << name << ": distributed error " << d.max << " > 2 x single-process error " << single_err
            << " (+ floor); ";
   };
-  check("out", out.output.out, single.out, ref.out, {c.B, c.Tq, c.Hq, c.Dv}, 1,
-        qpos);
+  check("out", out.output.out, single.out, ref.out, {c.B, c.Tq, c.Hq, c.Dv}, 1, qpos);
   check("lse", *out.output.lse, *single.lse, ref.lse, {c.B, c.Hq, c.Tq}, 2, qpos);
   check("dq", grads.gradients.dq, single_g.dq, ref_g.dq, {c.B, c.Tq, c.Hq, c.D}, 1, qpos);
   check("dk", grads.gradients.dk, single_g.dk, ref_g.dk, {c.B, c.Tk, c.Hkv, c.D}, 1, kpos);

@@ -96,17 +96,16 @@ TEST(DistBf16, RingAndUlyssesStayNearTheOracle) {
       const Tensor dout =
           attnops::testing::random_tensor(DType::bf16, {1, l.shard_length(comm.rank()), 6, 16}, 3);
       const DistGradients g = attn.backward(comm, q, k, v, r, dout, o);
-      if (r.output.out.dtype() != DType::bf16 || g.gradients.dq.dtype() != DType::bf16 ||
-          !g.gradients.dsinks)
+      if (r.output.out.dtype() != DType::bf16 || g.gradients.dq.dtype() != DType::bf16 || !g.gradients.dsinks)
         throw Error(ErrorCode::internal, "bf16 outputs expected");
       double w = 0;
       std::int64_t i = 0;
       for (const Chunk& c : l.chunks(comm.rank()))
         for (std::int64_t t = c.begin; t < c.end; ++t, ++i)
           for (std::int64_t e = 0; e < 6 * 16; ++e)
-            w = std::max(w, std::abs(static_cast<double>(r.output.out.at(
-                                         static_cast<std::size_t>(i * 96 + e))) -
-                                     ref.out[static_cast<std::size_t>(t * 96 + e)]));
+            w = std::max(w,
+                         std::abs(static_cast<double>(r.output.out.at(static_cast<std::size_t>(i * 96 + e))) -
+                                  ref.out[static_cast<std::size_t>(t * 96 + e)]));
       worst[static_cast<std::size_t>(comm.rank())] = w;
     });
     for (double w : worst) EXPECT_LT(w, 1.6e-2) << op;
@@ -323,8 +322,7 @@ TEST(DistRegistry, EntriesRunAsOneRankAndNameTheirKernel) {
   const AttentionOutput b =
       registry().get("flash_attn2", cpu_one_thread())(c.q, c.k, c.v, {.return_lse = true});
   EXPECT_EQ(a.decision.op, "ring");
-  EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), b.out.nbytes()),
-            0);
+  EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), b.out.nbytes()), 0);
   EXPECT_THROW((void)get("flash_attn2"), Error);
   // The distributed decision names the layout, the local kernel and the steps.
   run_local_ranks(2, [&](Communicator& comm) {

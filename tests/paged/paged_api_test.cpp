@@ -362,7 +362,8 @@ TEST(PagedPlanOptions, SinksAndSoftmaxAuxAreOneOption) {
   aux.softmax_aux = aux.sinks;
   aux.sinks.reset();
   const PagedPlan plan = plan_paged(c.batch, c.cache.spec(), c.N, s.Hq, c.options);
-  EXPECT_TRUE(same_bits(attn.paged(c.q, c.cache, plan, aux).out, attn.paged(c.q, c.cache, plan, c.options).out));
+  EXPECT_TRUE(
+      same_bits(attn.paged(c.q, c.cache, plan, aux).out, attn.paged(c.q, c.cache, plan, c.options).out));
   PagedAttentionOptions both = c.options;
   both.softmax_aux = both.sinks;
   expect_error([&] { attn.paged(c.q, c.cache, plan, both); }, ErrorCode::invalid_argument, "given twice");
@@ -425,11 +426,10 @@ TEST(PagedRouting, DecisionReasonsConfigAndLog) {
   EXPECT_THAT(o.decision.to_json(), HasSubstr("\"batch_invariant\": true"));
   EXPECT_FALSE(o.decision.run.kernel.empty());
   // The decision without running it.
-  EXPECT_EQ(
-      reg.get("paged")
-          .explain(c.q, c.cache, plan_paged(c.batch, c.cache.spec(), c.N, s.Hq, c.options), c.options)
-          .backend,
-      Backend::cpu);
+  EXPECT_EQ(reg.get("paged")
+                .explain(c.q, c.cache, plan_paged(c.batch, c.cache.spec(), c.N, s.Hq, c.options), c.options)
+                .backend,
+            Backend::cpu);
   // YAML: the operator's backend, by alias.
   const Config cfg = parse_config("operators:\n  paged:\n    backend: native\n");
   EXPECT_EQ(reg.get("ragged_paged", cfg).paged(c.q, c.cache, c.batch, c.options).decision.backend,

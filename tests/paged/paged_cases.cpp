@@ -279,8 +279,8 @@ AttentionOutput run_paged(const PagedCase& c, Backend b, OperationMetadata md) {
   for (i64 i = 0; i < ql; ++i)
     for (i64 h = 0; h < Hq; ++h) {
       for (i64 e = 0; e < Dv; ++e)
-        check(value(paged.out, ((q0 + i) * Hq + h) * Dv + e),
-              value(dense.out, (i * Hq + h) * Dv + e), tol_out,
+        check(value(paged.out, ((q0 + i) * Hq + h) * Dv + e), value(dense.out, (i * Hq + h) * Dv + e),
+              tol_out,
               "out[" + std::to_string(q0 + i) + "," + std::to_string(h) + "," + std::to_string(e) + "]");
       if (paged.lse && dense.lse)
         check(value(*paged.lse, (q0 + i) * Hq + h), value(*dense.lse, h * ql + i), tol_lse,

@@ -334,8 +334,7 @@ TEST(PagedGpu, NonFinitePolicy) {
   const AttentionOutput o = run_gpu(c, device_cache(c)), ref = run_gpu(clean, clean.cache);
   const Tolerance tol = tolerance_for(s.dtype);
   for (std::size_t x = 0; x < 2; ++x) EXPECT_TRUE(rows_match(c, x, o, dense_oracle(c, x), tol.out, tol.lse));
-  for (i64 e = 0; e < s.Hq * s.Dv; ++e)
-    EXPECT_TRUE(std::isfinite(o.out.at(static_cast<std::size_t>(e))));
+  for (i64 e = 0; e < s.Hq * s.Dv; ++e) EXPECT_TRUE(std::isfinite(o.out.at(static_cast<std::size_t>(e))));
   EXPECT_EQ(row_bytes(c, 2, o), row_bytes(clean, 2, ref));
 
   // +inf sink on head 1.

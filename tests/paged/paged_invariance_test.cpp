@@ -68,8 +68,7 @@ TEST_P(Invariance, PagePermutationAndPageSizeChangeNoBit) {
     s.page_size = page, s.permute_pages = permute, s.seed = static_cast<std::uint64_t>(page) + 7;
     const PagedCase c = make_paged_case(s);
     const AttentionOutput o = run_paged(c, b, threads(2));
-    EXPECT_TRUE(same_bits(o.out, ref.out))
-        << "page " << page << " permuted " << permute;
+    EXPECT_TRUE(same_bits(o.out, ref.out)) << "page " << page << " permuted " << permute;
     EXPECT_TRUE(same_bits(*o.lse, *ref.lse)) << "page " << page << " permuted " << permute;
   }
 }
@@ -157,8 +156,7 @@ TEST(MergeStates, TwoHalvesEqualTheWhole) {
     const AttentionOutput z = attn.paged(c.q, c.cache, RaggedBatch{c.cu, kv_b, t_b}, c.options);
     const MergedState m = merge_states(a.out, *a.lse, z.out, *z.lse);
     for (i64 i = 0; i < whole.out.numel(); ++i)
-      EXPECT_NEAR(m.out.at(static_cast<std::size_t>(i)),
-                  whole.out.at(static_cast<std::size_t>(i)), 4e-6)
+      EXPECT_NEAR(m.out.at(static_cast<std::size_t>(i)), whole.out.at(static_cast<std::size_t>(i)), 4e-6)
           << "out element " << i;
     for (i64 i = 0; i < whole.lse->numel(); ++i)
       EXPECT_NEAR(m.lse.data_as<float>()[i], whole.lse->data_as<float>()[i], 2e-5) << "lse element " << i;

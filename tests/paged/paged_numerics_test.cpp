@@ -237,12 +237,10 @@ TEST(PagedNumerics, NonFiniteValuesReachOnlyTheRowsThatSeeThem) {
       EXPECT_TRUE(rows_match(c, x, o, dense_oracle(c, x), tol.out, tol.lse));
     }
     // Sequence 0 sees no poisoned key: finite. Sequence 2 is untouched, bitwise.
-    for (i64 e = 0; e < s.Hq * s.Dv; ++e)
-      EXPECT_TRUE(std::isfinite(o.out.at(static_cast<std::size_t>(e))));
+    for (i64 e = 0; e < s.Hq * s.Dv; ++e) EXPECT_TRUE(std::isfinite(o.out.at(static_cast<std::size_t>(e))));
     const i64 row2 = c.q_begin(2) * s.Hq * s.Dv;
     for (i64 e = row2; e < row2 + s.Hq * s.Dv; ++e)
-      EXPECT_EQ(o.out.at(static_cast<std::size_t>(e)),
-                ref.out.at(static_cast<std::size_t>(e)));
+      EXPECT_EQ(o.out.at(static_cast<std::size_t>(e)), ref.out.at(static_cast<std::size_t>(e)));
   }
 }
 

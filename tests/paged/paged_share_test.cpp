@@ -40,10 +40,8 @@ AttentionOutput run_tier(const PagedCase& c, const RaggedBatch& batch, const Ten
 ::testing::AssertionResult same_rows(const AttentionOutput& a, i64 q0, const AttentionOutput& b, i64 b0,
                                      i64 ql, i64 Hq, i64 Dv) {
   const std::size_t es = dtype_size(a.out.dtype());
-  const auto* x =
-      static_cast<const char*>(a.out.data()) + static_cast<std::size_t>(q0 * Hq * Dv) * es;
-  const auto* y =
-      static_cast<const char*>(b.out.data()) + static_cast<std::size_t>(b0 * Hq * Dv) * es;
+  const auto* x = static_cast<const char*>(a.out.data()) + static_cast<std::size_t>(q0 * Hq * Dv) * es;
+  const auto* y = static_cast<const char*>(b.out.data()) + static_cast<std::size_t>(b0 * Hq * Dv) * es;
   if (std::memcmp(x, y, static_cast<std::size_t>(ql * Hq * Dv) * es) != 0)
     return ::testing::AssertionFailure() << "outputs of rows " << q0 << "..+" << ql << " differ";
   if (std::memcmp(a.lse->data_as<float>() + q0 * Hq, b.lse->data_as<float>() + b0 * Hq,

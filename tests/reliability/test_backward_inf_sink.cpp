@@ -47,8 +47,8 @@ TEST_P(BackwardInfSink, TheHeadHasZeroGradients) {
   const AttentionOutput f = attn(c.q, c.k, c.v, o);
   const AttentionGradients g = attn.backward(c.q, c.k, c.v, f, dout, o);
   ASSERT_EQ(g.decision.backend, backend);
-  const native::ReferenceGradients want = native::reference_backward_f64(
-      make_backward_problem(c.q, c.k, c.v, f.out, *f.lse, dout, o, md));
+  const native::ReferenceGradients want =
+      native::reference_backward_f64(make_backward_problem(c.q, c.k, c.v, f.out, *f.lse, dout, o, md));
   const auto check = [&](const char* name, const Tensor& got, const std::vector<double>& w) {
     ASSERT_EQ(static_cast<std::size_t>(got.numel()), w.size()) << name;
     double scale = 1;

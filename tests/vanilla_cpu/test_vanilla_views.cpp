@@ -6,9 +6,8 @@
 
 #include <cstring>
 
-#include "tests/vanilla_cpu/vanilla_test_util.h"
-
 #include "attnops/ext/problem.h"
+#include "tests/vanilla_cpu/vanilla_test_util.h"
 
 namespace attnops::testing::vanilla {
 namespace {

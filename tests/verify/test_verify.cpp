@@ -16,8 +16,8 @@
 #include "attnops/attnops.h"
 #include "attnops/ext/backward_problem.h"
 #include "attnops/ext/operation.h"
-#include "attnops/ext/problem.h"
 #include "attnops/ext/paged_problem.h"
+#include "attnops/ext/problem.h"
 #include "verify/dense_problem.h"
 #include "verify/edges.h"
 #include "verify/fuzz.h"
@@ -126,8 +126,7 @@ class Perturbed : public OperationImpl {
   AttentionOutput forward_cpu(const AttentionProblem& p) override {
     AttentionOutput o = inner_->forward_cpu(p);
     const std::size_t last = static_cast<std::size_t>(o.out.numel()) / 2;
-    if (p.Tk >= 40 && o.out.numel() > 0)
-      o.out.set(last, o.out.at(last) + 0.5f);
+    if (p.Tk >= 40 && o.out.numel() > 0) o.out.set(last, o.out.at(last) + 0.5f);
     return o;
   }
   bool implements_backward(Backend b) const override { return inner_->implements_backward(b); }

@@ -245,8 +245,8 @@ TEST_F(VulkanBackward, OperatorsUnderTheDispatcherAndFallbackToCpu) {
     EXPECT_EQ(g.decision.backend, Backend::gpu) << g.decision.to_log_line();
     EXPECT_EQ(g.decision.op, fwd.decision.op) << g.decision.to_log_line();
     EXPECT_EQ(g.decision.run.kernel, "backward");
-    const BackwardProblem bp = make_backward_problem(c.q, c.k, c.v, fwd.out, *fwd.lse, dout,
-                                                     c.options, attn.metadata());
+    const BackwardProblem bp =
+        make_backward_problem(c.q, c.k, c.v, fwd.out, *fwd.lse, dout, c.options, attn.metadata());
     EXPECT_TRUE(gradients_match(bp, native::reference_backward_f64(bp), g)) << name;
 
     vulkan::debug::set_inject_fault(true);
@@ -294,8 +294,8 @@ TEST_F(VulkanBackward, LongRowsOverTheSoftwareLoopLimitGoToTheCpu) {
     SCOPED_TRACE(c.describe());
     const AttentionOutput fwd = attn(c.q, c.k, c.v, c.options);
     const Tensor dout = random_tensor(s.dtype, {1, s.Tq, 1, s.Dv}, 17);
-    const BackwardProblem bp = make_backward_problem(c.q, c.k, c.v, fwd.out, *fwd.lse, dout,
-                                                     c.options, attn.metadata());
+    const BackwardProblem bp =
+        make_backward_problem(c.q, c.k, c.v, fwd.out, *fwd.lse, dout, c.options, attn.metadata());
     const AttentionGradients g = attn.backward(c.q, c.k, c.v, fwd, dout, c.options);
     EXPECT_TRUE(gradients_match(bp, native::reference_backward_f64(bp), g));
     const bool refused = software && s.over;

@@ -91,7 +91,7 @@ struct PagedProblem {
   KVScales scales = KVScales::per_token;
   TensorView k_scales, v_scales;
   float k_scale = 1.f, v_scale = 1.f;
-  PagedPlan plan;                          // the batch and its work list
+  PagedPlan plan;                        // the batch and its work list
   const PagedPlanData* batch = nullptr;  // = &plan_data(plan)
 
   double scale = 1.0;  // softmax scale (1/sqrt(D) unless the metadata sets one)

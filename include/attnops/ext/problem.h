@@ -28,8 +28,8 @@ namespace attnops {
 struct AttentionProblem {
   std::int64_t B = 0, Tq = 0, Tk = 0, Hq = 0, Hkv = 0, D = 0, Dv = 0;
   std::int64_t group() const { return Hq / Hkv; }  // q heads per kv head; q head h reads kv h / group
-  DType dtype = DType::f32;  // storage dtype of q, k, v and of the output
-  TensorView q, k, v;        // BTHD; stride(3) == 1
+  DType dtype = DType::f32;                        // storage dtype of q, k, v and of the output
+  TensorView q, k, v;                              // BTHD; stride(3) == 1
 
   double scale = 1.0;  // softmax scale (double so the fp64 oracle is exact; kernels cast)
 
@@ -46,7 +46,7 @@ struct AttentionProblem {
   const std::int32_t* seg_kv = nullptr;  // [B, Tk] or null
   bool has_segments() const { return seg_q != nullptr; }
 
-  const float* bias = nullptr;  // [Bb, Hb, Tq, Tk] or null
+  const float* bias = nullptr;                        // [Bb, Hb, Tq, Tk] or null
   std::int64_t bias_stride_b = 0, bias_stride_h = 0;  // 0 where broadcast; rows are Tk apart
   const float* bias_row(std::int64_t b, std::int64_t h, std::int64_t i) const {
     return bias + b * bias_stride_b + h * bias_stride_h + i * Tk;
@@ -92,7 +92,7 @@ struct AttentionBuffers {
   std::optional<Tensor> lse;
   std::optional<Tensor> weights;
   DeviceTensor device_out;  // the output when q is on the device (then `out` stays empty)
-  RunInfo run;  // the kernel fills it in; it ends up in AttentionOutput::decision.run
+  RunInfo run;              // the kernel fills it in; it ends up in AttentionOutput::decision.run
 };
 AttentionBuffers allocate_buffers(const AttentionProblem& p);
 
