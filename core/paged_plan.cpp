@@ -172,17 +172,8 @@ PagedPlan plan_paged(const RaggedBatch& batch, const PagedKVSpec& cache, std::in
   d->options = options;
   if (const std::optional<TensorView>& sinks = sinks_option(options.sinks, options.softmax_aux)) {
     // The plan outlives the caller's sinks tensor: it keeps a copy (checked as a run checks it).
-    const TensorView& s = *sinks;
-    if (s.on_device())
-      fail(ErrorCode::invalid_argument, "sinks (softmax_aux): a device tensor; sinks are a host tensor [Hq]");
-    if (!is_float(s.dtype()))
-      fail(ErrorCode::unsupported_dtype,
-           "sinks (softmax_aux): expected a float dtype, got " + std::string(dtype_name(s.dtype())));
-    if (s.rank() != 1 || s.dim(0) != num_q_heads)
-      fail(ErrorCode::shape_mismatch,
-           "sinks (softmax_aux): expected shape [Hq=" + std::to_string(num_q_heads) +
-               "] (one sink logit per q head), got " + shape_string(s.shape()));
-    d->sinks = Tensor::copy_of(s);
+    check_sinks(*sinks, num_q_heads, /*host_only=*/true);
+    d->sinks = Tensor::copy_of(*sinks);
     d->options.sinks = d->sinks.view();
     d->options.softmax_aux.reset();
   }

@@ -208,16 +208,8 @@ PagedProblem make_paged_problem(const TensorView& q, const PagedKVCache& cache, 
     p.soft_cap = cap;
   }
   if (const std::optional<TensorView>& sinks = sinks_option(o.sinks, o.softmax_aux)) {
-    const TensorView& s = *sinks;
-    if (s.on_device())
-      fail(ErrorCode::invalid_argument, "sinks (softmax_aux): a device tensor; sinks are a host tensor [Hq]");
-    if (!is_float(s.dtype()))
-      fail(ErrorCode::unsupported_dtype,
-           "sinks (softmax_aux): expected a float dtype, got " + std::string(dtype_name(s.dtype())));
-    if (s.rank() != 1 || s.dim(0) != p.Hq)
-      fail(ErrorCode::shape_mismatch, "sinks (softmax_aux): expected shape [Hq=" + std::to_string(p.Hq) +
-                                          "] (one sink logit per q head), got " + shape_string(s.shape()));
-    p.owned.push_back(Tensor::copy_of(s, DType::f32));
+    check_sinks(*sinks, p.Hq, /*host_only=*/true);
+    p.owned.push_back(Tensor::copy_of(*sinks, DType::f32));
     p.sinks = p.owned.back().data_as<float>();
   }
 

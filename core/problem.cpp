@@ -308,12 +308,7 @@ AttentionProblem make_problem(const TensorView& q, const TensorView& k, const Te
   // Sinks [Hq].
   if (const std::optional<TensorView>& sinks = sinks_option(o.sinks, o.softmax_aux)) {
     const TensorView& s = *sinks;
-    if (!is_float(s.dtype()))
-      fail(ErrorCode::unsupported_dtype,
-           "sinks (softmax_aux): expected a float dtype, got " + std::string(dtype_name(s.dtype())));
-    if (s.rank() != 1 || s.dim(0) != p.Hq)
-      fail(ErrorCode::shape_mismatch, "sinks (softmax_aux): expected shape [Hq=" + std::to_string(p.Hq) +
-                                          "] (one sink logit per q head), got " + dims_string(s));
+    check_sinks(s, p.Hq, /*host_only=*/false);
     p.sinks = static_cast<const float*>(contiguous(p, s, DType::f32, "sinks (softmax_aux)"));
   }
 
