@@ -200,8 +200,13 @@ inline constexpr int kDotChains = 1, kPvAccs = 2;
 #endif
 
 // Scores of a tile of RR rows x KK keys (RR * KK <= 4): s[r * lds + j] = Q_r . k_j over D.
-template <DType KT, bool Exact, int RR, int KK>
-inline void dot_tile(const float* Q, i64 ldq, const char* const* krows, i64 koff, i64 D, float* s, i64 lds) {
+// kD: the head dim when known at compile time (0: D), so that the loop over D unrolls whole and
+// the accumulators never leave the registers for a tail that cannot occur. Not inlined: inlined
+// into the block loops, GCC keeps the V16 accumulators on the stack (measured: 2x slower).
+template <DType KT, bool Exact, int RR, int KK, i64 kD>
+__attribute__((noinline)) void dot_tile(const float* Q, i64 ldq, const char* const* krows, i64 koff, i64 D_,
+                                        float* s, i64 lds) {
+  const i64 D = kD ? kD : D_;
   V16 a[RR * KK][kDotChains];
   for (int x = 0; x < RR * KK; ++x)
     for (int c = 0; c < kDotChains; ++c) a[x][c] = simd::zero();
@@ -247,20 +252,22 @@ inline i64 dot_steps(i64 R, i64 n) {
   return (R + 3) / 4 * n;
 }
 
-template <DType KT, bool Exact>
-void dot_block(const float* Q, i64 ldq, i64 R, const char* const* krows, i64 koff, i64 n, i64 D, float* s,
-               i64 lds, Prefetcher& pf) {
+template <DType KT, bool Exact, i64 kD>
+void dot_block_d(const float* Q, i64 ldq, i64 R, const char* const* krows, i64 koff, i64 n, i64 D, float* s,
+                 i64 lds, Prefetcher& pf) {
   if (R <= 2) {
     i64 j = 0;
     if (R == 1)
-      for (; j + 4 <= n; j += 4, pf.step()) dot_tile<KT, Exact, 1, 4>(Q, ldq, krows + j, koff, D, s + j, lds);
+      for (; j + 4 <= n; j += 4, pf.step())
+        dot_tile<KT, Exact, 1, 4, kD>(Q, ldq, krows + j, koff, D, s + j, lds);
     else
-      for (; j + 2 <= n; j += 2, pf.step()) dot_tile<KT, Exact, 2, 2>(Q, ldq, krows + j, koff, D, s + j, lds);
+      for (; j + 2 <= n; j += 2, pf.step())
+        dot_tile<KT, Exact, 2, 2, kD>(Q, ldq, krows + j, koff, D, s + j, lds);
     for (; j < n; ++j, pf.step()) {
       if (R == 1)
-        dot_tile<KT, Exact, 1, 1>(Q, ldq, krows + j, koff, D, s + j, lds);
+        dot_tile<KT, Exact, 1, 1, kD>(Q, ldq, krows + j, koff, D, s + j, lds);
       else
-        dot_tile<KT, Exact, 2, 1>(Q, ldq, krows + j, koff, D, s + j, lds);
+        dot_tile<KT, Exact, 2, 1, kD>(Q, ldq, krows + j, koff, D, s + j, lds);
     }
     return;
   }
@@ -271,60 +278,89 @@ void dot_block(const float* Q, i64 ldq, i64 R, const char* const* krows, i64 kof
     for (i64 j = 0; j < n; ++j, pf.step()) {
       switch (rr) {
         case 4:
-          dot_tile<KT, Exact, 4, 1>(q, ldq, krows + j, koff, D, o + j, lds);
+          dot_tile<KT, Exact, 4, 1, kD>(q, ldq, krows + j, koff, D, o + j, lds);
           break;
         case 3:
-          dot_tile<KT, Exact, 3, 1>(q, ldq, krows + j, koff, D, o + j, lds);
+          dot_tile<KT, Exact, 3, 1, kD>(q, ldq, krows + j, koff, D, o + j, lds);
           break;
         case 2:
-          dot_tile<KT, Exact, 2, 1>(q, ldq, krows + j, koff, D, o + j, lds);
+          dot_tile<KT, Exact, 2, 1, kD>(q, ldq, krows + j, koff, D, o + j, lds);
           break;
         default:
-          dot_tile<KT, Exact, 1, 1>(q, ldq, krows + j, koff, D, o + j, lds);
+          dot_tile<KT, Exact, 1, 1, kD>(q, ldq, krows + j, koff, D, o + j, lds);
           break;
       }
     }
   }
 }
 
+// dot_block_d for the common head dims unrolled (64, 128, 256), any other D in a loop.
+template <DType KT, bool Exact>
+void dot_block(const float* Q, i64 ldq, i64 R, const char* const* krows, i64 koff, i64 n, i64 D, float* s,
+               i64 lds, Prefetcher& pf) {
+  switch (D) {
+    case 64:
+      return dot_block_d<KT, Exact, 64>(Q, ldq, R, krows, koff, n, D, s, lds, pf);
+    case 128:
+      return dot_block_d<KT, Exact, 128>(Q, ldq, R, krows, koff, n, D, s, lds, pf);
+    case 256:
+      return dot_block_d<KT, Exact, 256>(Q, ldq, R, krows, koff, n, D, s, lds, pf);
+    default:
+      return dot_block_d<KT, Exact, 0>(Q, ldq, R, krows, koff, n, D, s, lds, pf);
+  }
+}
+
 // acc[r * ldacc + c] += sum_j P[r * ldp + j] * v_j[c] for RR rows and the CV column slices of 16
 // from column c0 (held in registers while the n value rows stream through). kSkipZeros: a weight
-// of 0 is skipped, not multiplied (the non-finite policy's guarded re-run).
-template <DType KT, bool Exact, bool kSkipZeros, int RR, int CV>
-inline void pv_tile(const float* P, i64 ldp, const char* const* vrows, i64 voff, i64 n, i64 c0, i64 Dv,
-                    float* acc, i64 ldacc) {
+// of 0 is skipped, not multiplied (the non-finite policy's guarded re-run). Full: all CV slices
+// are whole (no masked access in the loop). Not inlined, as dot_tile: inlined into the block
+// loops, GCC keeps the accumulators on the stack and every FMA waits on a store and a reload
+// (measured on Zen 3: 2.5-3x slower).
+template <DType KT, bool Exact, bool kSkipZeros, int RR, int CV, bool Full>
+__attribute__((noinline)) void pv_tile_body(const float* P, i64 ldp, const char* const* vrows, i64 voff,
+                                            i64 n, i64 c0, i64 Dv, float* acc, i64 ldacc) {
   int w[CV];
   for (int u = 0; u < CV; ++u) {
     const i64 left = Dv - c0 - 16 * u;
-    w[u] = left <= 0 ? 0 : vanilla::lanes_left(left);
+    w[u] = Full ? 16 : left <= 0 ? 0 : vanilla::lanes_left(left);
   }
   V16 a[RR][CV];
   for (int r = 0; r < RR; ++r)
-    for (int u = 0; u < CV; ++u) a[r][u] = simd::load_n(acc + r * ldacc + c0 + 16 * u, w[u]);
-  // Whole slices load with a constant width (no call for a short row's copy in the loop: it
-  // would make the compiler keep the accumulators on the stack around it).
-  const auto step = [&](const char* v, const float* p, auto full) {
+    for (int u = 0; u < CV; ++u)
+      a[r][u] = Full ? simd::load(acc + r * ldacc + c0 + 16 * u)
+                     : simd::load_n(acc + r * ldacc + c0 + 16 * u, w[u]);
+  for (i64 j = 0; j < n; ++j) {
+    const char* v = vrows[j] + voff;
     V16 vv[CV];
     for (int u = 0; u < CV; ++u) {
-      if constexpr (decltype(full)::value)
+      if constexpr (Full)
         vv[u] = load<KT, Exact>(v, c0 + 16 * u, 16);
       else
         vv[u] = w[u] ? load<KT, Exact>(v, c0 + 16 * u, w[u]) : simd::zero();
     }
     for (int r = 0; r < RR; ++r) {
-      const float pr = p[r * ldp];
+      const float pr = P[r * ldp + j];
       if (kSkipZeros && pr == 0.f) continue;
       const V16 pj = simd::set1(pr);
       for (int u = 0; u < CV; ++u) a[r][u] = simd::fma(pj, vv[u], a[r][u]);
     }
-  };
-  if (c0 + 16 * CV <= Dv) {
-    for (i64 j = 0; j < n; ++j) step(vrows[j] + voff, P + j, std::true_type{});
-  } else {
-    for (i64 j = 0; j < n; ++j) step(vrows[j] + voff, P + j, std::false_type{});
   }
   for (int r = 0; r < RR; ++r)
-    for (int u = 0; u < CV; ++u) simd::store_n(acc + r * ldacc + c0 + 16 * u, a[r][u], w[u]);
+    for (int u = 0; u < CV; ++u) {
+      if constexpr (Full)
+        simd::store(acc + r * ldacc + c0 + 16 * u, a[r][u]);
+      else
+        simd::store_n(acc + r * ldacc + c0 + 16 * u, a[r][u], w[u]);
+    }
+}
+
+template <DType KT, bool Exact, bool kSkipZeros, int RR, int CV>
+inline void pv_tile(const float* P, i64 ldp, const char* const* vrows, i64 voff, i64 n, i64 c0, i64 Dv,
+                    float* acc, i64 ldacc) {
+  if (c0 + 16 * CV <= Dv)
+    pv_tile_body<KT, Exact, kSkipZeros, RR, CV, true>(P, ldp, vrows, voff, n, c0, Dv, acc, ldacc);
+  else
+    pv_tile_body<KT, Exact, kSkipZeros, RR, CV, false>(P, ldp, vrows, voff, n, c0, Dv, acc, ldacc);
 }
 
 template <DType KT, bool Exact, bool kSkipZeros, int RR>

@@ -144,6 +144,25 @@ inline void row_pointers(const PagedProblem& p, const std::int32_t* pages, i64 j
   }
 }
 
+// The per-token scale rows of keys [j0, j0 + n) (a page's are contiguous: a line holds several
+// tokens'), read at the start of the block's first head: not prefetched, they were cold misses.
+inline void prefetch_scales(const PagedProblem& p, const std::int32_t* pages, i64 j0, i64 n) {
+  const i64 es = static_cast<i64>(sizeof(float)), ps = p.page_size;
+  const auto* ksb = static_cast<const char*>(p.k_scales.data());
+  const auto* vsb = static_cast<const char*>(p.v_scales.data());
+  for (i64 j = j0; j < j0 + n;) {  // one page's rows at a time
+    const i64 pi = j / ps, row = j % ps, rows = std::min(ps - row, j0 + n - j);
+    const i64 kb =
+        (p.ks_offset(pages[pi], row + rows - 1, p.Hkv - 1) - p.ks_offset(pages[pi], row, 0) + 1) * es;
+    const i64 vb =
+        (p.vs_offset(pages[pi], row + rows - 1, p.Hkv - 1) - p.vs_offset(pages[pi], row, 0) + 1) * es;
+    // A caller's strided scale views may spread a page's rows: only compact spans are worth it.
+    if (kb > 0 && kb <= 4096) vanilla::prefetch_bytes_l2(ksb + p.ks_offset(pages[pi], row, 0) * es, kb);
+    if (vb > 0 && vb <= 4096) vanilla::prefetch_bytes_l2(vsb + p.vs_offset(pages[pi], row, 0) * es, vb);
+    j += rows;
+  }
+}
+
 // Whether the block's K or V codes hold an e4m3 NaN (the exact path then reads the block).
 bool block_has_nan(const PagedProblem& p, const char* const* kr, const char* const* vr, i64 n) {
   for (i64 jj = 0; jj < n; ++jj)
@@ -255,7 +274,10 @@ void run_chunk(StreamJob& job, StreamScratch& w, const Task& t, i64 m0, i64 m1) 
   const i64 es = static_cast<i64>(sizeof(float));
   for (i64 j0 = t.kv_begin, b = 0; j0 < t.kv_end; j0 += kBlock, b ^= 1) {
     const i64 next_n = std::min(kBlock, std::max<i64>(t.kv_end - j0 - kBlock, 0));
-    if (next_n > 0) row_pointers(p, pages, j0 + kBlock, next_n, kr[b ^ 1], vr[b ^ 1]);
+    if (next_n > 0) {
+      row_pointers(p, pages, j0 + kBlock, next_n, kr[b ^ 1], vr[b ^ 1]);
+      if (p.per_token_scales()) prefetch_scales(p, pages, j0 + kBlock, next_n);
+    }
     if (p.per_token_scales()) {
       const auto* ksb = static_cast<const char*>(p.k_scales.data());
       const auto* vsb = static_cast<const char*>(p.v_scales.data());
