@@ -242,71 +242,97 @@ __attribute__((noinline)) void dot_tile(const float* Q, i64 ldq, const char* con
     for (int j = 0; j < KK; ++j) s[r * lds + j] = out[r * KK + j];
 }
 
-// s[r * lds + j] = Q_r . k_j for r < R, j < n: the keys' rows at krows[j] + koff (bytes), D
-// elements of dtype KT; Q fp32 rows ldq apart. Rows in tiles of four from row 0 (one key at a
-// time), or, for one or two rows, tiles over four or two keys.
-// The steps dot_block takes (its tiles): what a Prefetcher's rate is sized for.
+// The steps dot_block takes per kv head (its tiles): what a Prefetcher's rate is sized for.
 inline i64 dot_steps(i64 R, i64 n) {
   if (R == 1) return n / 4 + n % 4;
   if (R == 2) return n / 2 + n % 2;
   return (R + 3) / 4 * n;
 }
 
+// s[h * shs + r * lds + j] = Q_hr . k_hj for every kv head h < H, row r < R and key j < n: key
+// j's row of head h at krows[j] + h * khs (bytes), D elements of dtype KT; head h's fp32 query
+// rows at Q + h * qhs, ldq apart. Rows in tiles of four from row 0 (one key at a time), or, for
+// one or two rows, tiles over four or two keys. Key-major: a key's (or a multi-key tile's) tiles
+// of every head before the next keys, so that a token's row of all heads (one contiguous run of
+// its page) is read in address order, which the hardware prefetchers follow (head by head the
+// reads jump by a token's bytes). Each score is its tile's whatever the order, bit for bit.
+// vrows (or null): the same keys' value rows (head h at + h * vhs, vbytes), each prefetched into
+// L1 as its head's scores are formed, for the P.V that follows.
 template <DType KT, bool Exact, i64 kD>
-void dot_block_d(const float* Q, i64 ldq, i64 R, const char* const* krows, i64 koff, i64 n, i64 D, float* s,
-                 i64 lds, Prefetcher& pf) {
+void dot_block_d(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* const* krows, i64 khs,
+                 const char* const* vrows, i64 vhs, i64 vbytes, i64 n, i64 D, float* s, i64 shs, i64 lds,
+                 Prefetcher& pf) {
+  const auto vpf = [&](i64 j, i64 h) {
+    if (vrows)
+      for (i64 o = 0; o < vbytes; o += 64) __builtin_prefetch(vrows[j] + h * vhs + o, 0, 3);
+  };
   if (R <= 2) {
     i64 j = 0;
-    if (R == 1)
-      for (; j + 4 <= n; j += 4, pf.step())
-        dot_tile<KT, Exact, 1, 4, kD>(Q, ldq, krows + j, koff, D, s + j, lds);
-    else
-      for (; j + 2 <= n; j += 2, pf.step())
-        dot_tile<KT, Exact, 2, 2, kD>(Q, ldq, krows + j, koff, D, s + j, lds);
-    for (; j < n; ++j, pf.step()) {
-      if (R == 1)
-        dot_tile<KT, Exact, 1, 1, kD>(Q, ldq, krows + j, koff, D, s + j, lds);
-      else
-        dot_tile<KT, Exact, 2, 1, kD>(Q, ldq, krows + j, koff, D, s + j, lds);
+    if (R == 1) {
+      for (; j + 4 <= n; j += 4)
+        for (i64 h = 0; h < H; ++h, pf.step()) {
+          dot_tile<KT, Exact, 1, 4, kD>(Q + h * qhs, ldq, krows + j, h * khs, D, s + h * shs + j, lds);
+          for (i64 x = 0; x < 4; ++x) vpf(j + x, h);
+        }
+    } else {
+      for (; j + 2 <= n; j += 2)
+        for (i64 h = 0; h < H; ++h, pf.step()) {
+          dot_tile<KT, Exact, 2, 2, kD>(Q + h * qhs, ldq, krows + j, h * khs, D, s + h * shs + j, lds);
+          vpf(j, h), vpf(j + 1, h);
+        }
     }
+    for (; j < n; ++j)
+      for (i64 h = 0; h < H; ++h, pf.step()) {
+        if (R == 1)
+          dot_tile<KT, Exact, 1, 1, kD>(Q + h * qhs, ldq, krows + j, h * khs, D, s + h * shs + j, lds);
+        else
+          dot_tile<KT, Exact, 2, 1, kD>(Q + h * qhs, ldq, krows + j, h * khs, D, s + h * shs + j, lds);
+        vpf(j, h);
+      }
     return;
   }
-  for (i64 r0 = 0; r0 < R; r0 += 4) {
-    const float* q = Q + r0 * ldq;
-    float* o = s + r0 * lds;
-    const i64 rr = R - r0 >= 4 ? 4 : R - r0;
-    for (i64 j = 0; j < n; ++j, pf.step()) {
-      switch (rr) {
-        case 4:
-          dot_tile<KT, Exact, 4, 1, kD>(q, ldq, krows + j, koff, D, o + j, lds);
-          break;
-        case 3:
-          dot_tile<KT, Exact, 3, 1, kD>(q, ldq, krows + j, koff, D, o + j, lds);
-          break;
-        case 2:
-          dot_tile<KT, Exact, 2, 1, kD>(q, ldq, krows + j, koff, D, o + j, lds);
-          break;
-        default:
-          dot_tile<KT, Exact, 1, 1, kD>(q, ldq, krows + j, koff, D, o + j, lds);
-          break;
+  for (i64 j = 0; j < n; ++j)
+    for (i64 h = 0; h < H; ++h) {
+      for (i64 r0 = 0; r0 < R; r0 += 4, pf.step()) {
+        const float* q = Q + h * qhs + r0 * ldq;
+        float* o = s + h * shs + r0 * lds + j;
+        switch (R - r0 >= 4 ? 4 : R - r0) {
+          case 4:
+            dot_tile<KT, Exact, 4, 1, kD>(q, ldq, krows + j, h * khs, D, o, lds);
+            break;
+          case 3:
+            dot_tile<KT, Exact, 3, 1, kD>(q, ldq, krows + j, h * khs, D, o, lds);
+            break;
+          case 2:
+            dot_tile<KT, Exact, 2, 1, kD>(q, ldq, krows + j, h * khs, D, o, lds);
+            break;
+          default:
+            dot_tile<KT, Exact, 1, 1, kD>(q, ldq, krows + j, h * khs, D, o, lds);
+            break;
+        }
       }
+      vpf(j, h);
     }
-  }
 }
 
 // dot_block_d for the common head dims unrolled (64, 128, 256), any other D in a loop.
 template <DType KT, bool Exact>
-void dot_block(const float* Q, i64 ldq, i64 R, const char* const* krows, i64 koff, i64 n, i64 D, float* s,
-               i64 lds, Prefetcher& pf) {
+void dot_block(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* const* krows, i64 khs,
+               const char* const* vrows, i64 vhs, i64 vbytes, i64 n, i64 D, float* s, i64 shs, i64 lds,
+               Prefetcher& pf) {
   switch (D) {
     case 64:
-      return dot_block_d<KT, Exact, 64>(Q, ldq, R, krows, koff, n, D, s, lds, pf);
+      return dot_block_d<KT, Exact, 64>(Q, qhs, ldq, R, H, krows, khs, vrows, vhs, vbytes, n, D, s, shs, lds,
+                                        pf);
     case 128:
-      return dot_block_d<KT, Exact, 128>(Q, ldq, R, krows, koff, n, D, s, lds, pf);
+      return dot_block_d<KT, Exact, 128>(Q, qhs, ldq, R, H, krows, khs, vrows, vhs, vbytes, n, D, s, shs, lds,
+                                         pf);
     case 256:
-      return dot_block_d<KT, Exact, 256>(Q, ldq, R, krows, koff, n, D, s, lds, pf);
+      return dot_block_d<KT, Exact, 256>(Q, qhs, ldq, R, H, krows, khs, vrows, vhs, vbytes, n, D, s, shs, lds,
+                                         pf);
     default:
-      return dot_block_d<KT, Exact, 0>(Q, ldq, R, krows, koff, n, D, s, lds, pf);
+      return dot_block_d<KT, Exact, 0>(Q, qhs, ldq, R, H, krows, khs, vrows, vhs, vbytes, n, D, s, shs, lds,
+                                       pf);
   }
 }
 

@@ -9,12 +9,14 @@
 //   is q head hk * G + g, query i: the whole GQA group shares each K read), handled in chunks of
 //   members of at most kChunkRows rows (a shared item's keys are re-read per chunk, from the
 //   caches). A chunk walks the keys in blocks of kBlock positions; position j lives in page
-//   page_table[s][j / page_size], row j % page_size. Per block and kv head:
-//     1. S[r][jj] = scale * q_r . k[j0 + jj]   (x the key's scale, 8-bit caches)
+//   page_table[s][j / page_size], row j % page_size. Per block:
+//     1. S[hk][r][jj] = scale * q_r . k[j0 + jj]   for every kv head, key by key (a token's row of
+//        all heads in address order), the same keys' value rows prefetched into L1 meanwhile
+//   then per kv head (x the keys' scales, 8-bit caches):
 //     2. per row: soft cap, the row's visible keys [lo_i, hi_i), online softmax update of (m, l)
 //        and rescale of acc
 //     3. acc[r] += sum_jj P[r][jj] * v[j0 + jj]   (P x the value's scale, 8-bit caches)
-//   while the next block's rows of that head are prefetched. A sequence with one split, in no
+//   while the next block's rows are prefetched into L2. A sequence with one split, in no
 //   shared item, finalises its rows at once (sink in the normaliser, out = acc / denominator, lse =
 //   m + log l); the others keep (m, l, acc) per split and a merge pass combines the splits by
 //   log-sum-exp in split order.
@@ -188,10 +190,14 @@ void run_block(const StreamJob& job, StreamScratch& w, i64 R, bool all_see_all, 
   // block at once; adding this block's next head into L1 changed nothing).
   paged_simd::Prefetcher pf{next_kr, next_vr, 0, 0, p.Hkv * khs, p.Hkv * vhs, next_n};
   pf.pace(p.Hkv * paged_simd::dot_steps(R, n));
+  // 1. Scores of every kv head, key-major (each token's row of all heads in address order), the
+  // same keys' value rows prefetched into L1 as they go (measured on Zen 3, 2 threads, alternating
+  // runs: decode of 64 sequences 1.19x, one sequence of 32768 keys 1.34x the head-major walk);
+  // then, per head, the keys' scales.
+  paged_simd::dot_block<KT, Exact>(w.Qs.get(), R * D, D, R, p.Hkv, kr, khs, vr, vhs, Dv * es, n, D, w.S.get(),
+                                   R * kBlock, kBlock, pf);
   for (i64 hk = 0; hk < p.Hkv; ++hk) {
     float* S = w.S.get() + hk * R * kBlock;
-    // 1. Scores (then the keys' scales).
-    paged_simd::dot_block<KT, Exact>(w.Qs.get() + hk * R * D, D, R, kr, hk * khs, n, D, S, kBlock, pf);
     if (quantized) {
       float* ks = w.ks.get();
       if (p.per_token_scales()) {
