@@ -256,16 +256,13 @@ inline i64 dot_steps(i64 R, i64 n) {
 // of every head before the next keys, so that a token's row of all heads (one contiguous run of
 // its page) is read in address order, which the hardware prefetchers follow (head by head the
 // reads jump by a token's bytes). Each score is its tile's whatever the order, bit for bit.
-// vrows (or null): the same keys' value rows (head h at + h * vhs, vbytes), each prefetched into
-// L1 as its head's scores are formed, for the P.V that follows.
+// vrows: the same keys' value rows (head h at + h * vhs, vbytes), each prefetched into L1 as its
+// head's scores are formed, for the P.V that follows.
 template <DType KT, bool Exact, i64 kD>
 void dot_block_d(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* const* krows, i64 khs,
                  const char* const* vrows, i64 vhs, i64 vbytes, i64 n, i64 D, float* s, i64 shs, i64 lds,
                  Prefetcher& pf) {
-  const auto vpf = [&](i64 j, i64 h) {
-    if (vrows)
-      for (i64 o = 0; o < vbytes; o += 64) __builtin_prefetch(vrows[j] + h * vhs + o, 0, 3);
-  };
+  const auto vpf = [&](i64 j, i64 h) { vanilla::prefetch_bytes(vrows[j] + h * vhs, vbytes); };
   if (R <= 2) {
     i64 j = 0;
     if (R == 1) {

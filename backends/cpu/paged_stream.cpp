@@ -146,8 +146,9 @@ inline void row_pointers(const PagedProblem& p, const std::int32_t* pages, i64 j
   }
 }
 
-// The per-token scale rows of keys [j0, j0 + n) (a page's are contiguous: a line holds several
-// tokens'), read at the start of the block's first head: not prefetched, they were cold misses.
+// Prefetches the per-token scale rows of keys [j0, j0 + n) into L2 (a page's are contiguous: a
+// line holds several tokens'): the block reads them before its first P.V, as cold misses
+// otherwise.
 inline void prefetch_scales(const PagedProblem& p, const std::int32_t* pages, i64 j0, i64 n) {
   const i64 es = static_cast<i64>(sizeof(float)), ps = p.page_size;
   const auto* ksb = static_cast<const char*>(p.k_scales.data());
