@@ -312,25 +312,16 @@ void dot_block_d(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* con
     }
 }
 
-// dot_block_d for the common head dims unrolled (64, 128, 256), any other D in a loop.
+// dot_block_d for D = 128 unrolled (the common head dim; each more costs every tier's build ~2 s),
+// any other D in a loop.
 template <DType KT, bool Exact>
 void dot_block(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* const* krows, i64 khs,
                const char* const* vrows, i64 vhs, i64 vbytes, i64 n, i64 D, float* s, i64 shs, i64 lds,
                Prefetcher& pf) {
-  switch (D) {
-    case 64:
-      return dot_block_d<KT, Exact, 64>(Q, qhs, ldq, R, H, krows, khs, vrows, vhs, vbytes, n, D, s, shs, lds,
-                                        pf);
-    case 128:
-      return dot_block_d<KT, Exact, 128>(Q, qhs, ldq, R, H, krows, khs, vrows, vhs, vbytes, n, D, s, shs, lds,
-                                         pf);
-    case 256:
-      return dot_block_d<KT, Exact, 256>(Q, qhs, ldq, R, H, krows, khs, vrows, vhs, vbytes, n, D, s, shs, lds,
-                                         pf);
-    default:
-      return dot_block_d<KT, Exact, 0>(Q, qhs, ldq, R, H, krows, khs, vrows, vhs, vbytes, n, D, s, shs, lds,
+  if (D == 128)
+    return dot_block_d<KT, Exact, 128>(Q, qhs, ldq, R, H, krows, khs, vrows, vhs, vbytes, n, D, s, shs, lds,
                                        pf);
-  }
+  dot_block_d<KT, Exact, 0>(Q, qhs, ldq, R, H, krows, khs, vrows, vhs, vbytes, n, D, s, shs, lds, pf);
 }
 
 // acc[r * ldacc + c] += sum_j P[r * ldp + j] * v_j[c] for RR rows and the CV column slices of 16
