@@ -312,7 +312,7 @@ void dot_block_d(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* con
     }
 }
 
-// dot_block_d for D = 128 unrolled (the common head dim; each more costs every tier's build ~2 s),
+// dot_block_d for D = 128 unrolled (the common head dim; each more adds ~3 s to every tier's build),
 // any other D in a loop.
 template <DType KT, bool Exact>
 void dot_block(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* const* krows, i64 khs,
