@@ -302,22 +302,25 @@ __attribute__((noinline)) void dot_tile8(const float* Q, i64 ldq, const char* co
 #endif
 
 // The steps dot_block takes per kv head (its tiles): what a Prefetcher's rate is sized for.
-inline i64 dot_steps(i64 R, i64 n) {
-#if ATTNOPS_SIMD_LEVEL == 1
-  if (R == 1) return n / 8 + n % 8;
-  if (R == 2) return n / 4 + n % 4;
-  return (R + 3) / 4 * (n / 2 + n % 2);
-#else
+inline i64 dot_steps(i64 R, i64 n, bool tiles8) {
+  if (tiles8 && ATTNOPS_SIMD_LEVEL == 1) {
+    if (R <= 2) return n / 4 + n % 4;
+    return (R + 3) / 4 * (n / 2 + n % 2);
+  }
   if (R == 1) return n / 4 + n % 4;
   if (R == 2) return n / 2 + n % 2;
   return (R + 3) / 4 * n;
-#endif
 }
 
 // s[h * shs + r * lds + j] = Q_hr . k_hj for every kv head h < H, row r < R and key j < n: key
 // j's row of head h at krows[j] + h * khs (bytes), D elements of dtype KT; head h's fp32 query
 // rows at Q + h * qhs, ldq apart. Rows in tiles of four from row 0 (one key at a time), or, for
-// one or two rows, tiles over four or two keys (AVX2: tiles of 8 scores, dot_tile8). Key-major: a key's (or a
+// one or two rows, tiles over four or two keys. tiles8 (AVX2; ignored elsewhere): dot_tile8's
+// tiles instead, whose sums differ from dot_tile's, so the choice is the call's, the same for all
+// its rows (batch invariance): the caller takes them for GQA groups (R >= 2 in every chunk). One row
+// per kv head keeps dot_tile's 1 x 4 tiles: memory-bound, the decode of 32768 keys ran 1.1x
+// faster with them than with dot_tile8's (0.725 against 0.665 of the read, 6 alternating runs of
+// each on Zen 3) although their speed in L1 is the same. Key-major: a key's (or a
 // multi-key tile's) tiles of every head before the next keys, so that a token's row of all heads (one
 // contiguous run of its page) is read in address order, which the hardware prefetchers follow (head by head
 // the reads jump by a token's bytes). Each score is its tile's whatever the order, bit for bit. vrows: the
@@ -326,54 +329,59 @@ inline i64 dot_steps(i64 R, i64 n) {
 template <DType KT, bool Exact, i64 kD>
 void dot_block_d(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* const* krows, i64 khs,
                  const char* const* vrows, i64 vhs, i64 vbytes, i64 n, i64 D, float* s, i64 shs, i64 lds,
-                 Prefetcher& pf) {
+                 Prefetcher& pf, bool tiles8) {
   const auto vpf = [&](i64 j, i64 h) { vanilla::prefetch_bytes(vrows[j] + h * vhs, vbytes); };
 #if ATTNOPS_SIMD_LEVEL == 1
-  // Tiles of 8 scores: one row x 8 keys, two rows x 4 keys, or up to four rows x 2 keys; the keys
+  // tiles8: two rows x 4 keys or up to four rows x 2 keys (one row x 4 keys if R is 1); the keys
   // left over one at a time.
-  const auto tiles = [&](auto kk, i64 j) {
-    constexpr int KK = decltype(kk)::value;
-    for (i64 h = 0; h < H; ++h) {
-      for (i64 r0 = 0; r0 < R; r0 += 4, pf.step()) {
-        const float* q = Q + h * qhs + r0 * ldq;
-        const char* const* k = krows + j;
-        float* o = s + h * shs + r0 * lds + j;
-        const i64 ko = h * khs;
-        // The full tiles unrolled for kD; the edges (last key, last rows) in a loop over D, which
-        // forms the same sums (unrolled too, they cost this tier 3.6 s more to compile).
-        const auto tile = [&](auto rr) {
-          constexpr int RR = decltype(rr)::value;
-          constexpr bool full = RR * KK == 8;
-          dot_tile8<KT, Exact, RR, KK, full ? kD : 0>(q, ldq, k, ko, D, o, lds);
-        };
-        switch (R == 1 ? 1 : R == 2 ? 2 : std::min<i64>(R - r0, 4)) {
-          case 1:
-            if constexpr (KK != 4) tile(std::integral_constant<int, 1>{});
-            break;
-          case 2:
-            if constexpr (KK != 8) tile(std::integral_constant<int, 2>{});
-            break;
-          case 3:
-            if constexpr (KK <= 2) tile(std::integral_constant<int, 3>{});
-            break;
-          default:
-            if constexpr (KK <= 2) tile(std::integral_constant<int, 4>{});
-            break;
+  if (tiles8) {
+    const auto tiles = [&](auto kk, i64 j) {
+      constexpr int KK = decltype(kk)::value;
+      for (i64 h = 0; h < H; ++h) {
+        for (i64 r0 = 0; r0 < R; r0 += 4, pf.step()) {
+          const float* q = Q + h * qhs + r0 * ldq;
+          const char* const* k = krows + j;
+          float* o = s + h * shs + r0 * lds + j;
+          const i64 ko = h * khs;
+          // The full tiles unrolled for kD; the edges (last key, last rows) in a loop over D, which
+          // forms the same sums (unrolled too, they cost this tier 3.6 s more to compile).
+          const auto tile = [&](auto rr) {
+            constexpr int RR = decltype(rr)::value;
+            constexpr bool full = RR * KK == 8 || (RR == 1 && KK == 4);
+            dot_tile8<KT, Exact, RR, KK, full ? kD : 0>(q, ldq, k, ko, D, o, lds);
+          };
+          switch (R == 1 ? 1 : R == 2 ? 2 : std::min<i64>(R - r0, 4)) {
+            case 1:
+              tile(std::integral_constant<int, 1>{});
+              break;
+            case 2:
+              if constexpr (KK != 8) tile(std::integral_constant<int, 2>{});
+              break;
+            case 3:
+              if constexpr (KK <= 2) tile(std::integral_constant<int, 3>{});
+              break;
+            default:
+              if constexpr (KK <= 2) tile(std::integral_constant<int, 4>{});
+              break;
+          }
         }
+        for (i64 x = 0; x < KK; ++x) vpf(j + x, h);
       }
-      for (i64 x = 0; x < KK; ++x) vpf(j + x, h);
-    }
-  };
-  using K1 = std::integral_constant<int, 1>;
-  i64 j = 0;
-  if (R == 1)
-    for (; j + 8 <= n; j += 8) tiles(std::integral_constant<int, 8>{}, j);
-  else if (R == 2)
-    for (; j + 4 <= n; j += 4) tiles(std::integral_constant<int, 4>{}, j);
-  else
-    for (; j + 2 <= n; j += 2) tiles(std::integral_constant<int, 2>{}, j);
-  for (; j < n; ++j) tiles(K1{}, j);
+    };
+    using K1 = std::integral_constant<int, 1>;
+    i64 j = 0;
+    if (R == 1)
+      for (; j + 4 <= n; j += 4) tiles(std::integral_constant<int, 4>{}, j);
+    else if (R == 2)
+      for (; j + 4 <= n; j += 4) tiles(std::integral_constant<int, 4>{}, j);
+    else
+      for (; j + 2 <= n; j += 2) tiles(std::integral_constant<int, 2>{}, j);
+    for (; j < n; ++j) tiles(K1{}, j);
+    return;
+  }
 #else
+  (void)tiles8;
+#endif
   if (R <= 2) {
     i64 j = 0;
     if (R == 1) {
@@ -421,7 +429,6 @@ void dot_block_d(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* con
       }
       vpf(j, h);
     }
-#endif
 }
 
 // dot_block_d for D = 128 unrolled (the common head dim; each more adds ~3 s to every tier's build),
@@ -429,11 +436,11 @@ void dot_block_d(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* con
 template <DType KT, bool Exact>
 void dot_block(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* const* krows, i64 khs,
                const char* const* vrows, i64 vhs, i64 vbytes, i64 n, i64 D, float* s, i64 shs, i64 lds,
-               Prefetcher& pf) {
+               Prefetcher& pf, bool tiles8) {
   if (D == 128)
     return dot_block_d<KT, Exact, 128>(Q, qhs, ldq, R, H, krows, khs, vrows, vhs, vbytes, n, D, s, shs, lds,
-                                       pf);
-  dot_block_d<KT, Exact, 0>(Q, qhs, ldq, R, H, krows, khs, vrows, vhs, vbytes, n, D, s, shs, lds, pf);
+                                       pf, tiles8);
+  dot_block_d<KT, Exact, 0>(Q, qhs, ldq, R, H, krows, khs, vrows, vhs, vbytes, n, D, s, shs, lds, pf, tiles8);
 }
 
 // acc[r * ldacc + c] += sum_j P[r * ldp + j] * v_j[c] for RR rows and the CV column slices of 16

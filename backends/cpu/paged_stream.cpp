@@ -190,13 +190,15 @@ void run_block(const StreamJob& job, StreamScratch& w, i64 R, bool all_see_all, 
   // the AVX2 tier, 1 thread, decode of 64 sequences: 1.5-2x faster than no prefetch or the whole
   // block at once; adding this block's next head into L1 changed nothing).
   paged_simd::Prefetcher pf{next_kr, next_vr, 0, 0, p.Hkv * khs, p.Hkv * vhs, next_n};
-  pf.pace(p.Hkv * paged_simd::dot_steps(R, n));
+  // AVX2's 8-score tiles for GQA groups (paged_simd.h), by the call's G, never by the chunk's rows.
+  const bool tiles8 = job.G > 1;
+  pf.pace(p.Hkv * paged_simd::dot_steps(R, n, tiles8));
   // 1. Scores of every kv head, key-major (each token's row of all heads in address order), the
   // same keys' value rows prefetched into L1 as they go (measured on Zen 3, 2 threads, alternating
   // runs: decode of 64 sequences 1.19x, one sequence of 32768 keys 1.34x the head-major walk);
   // then, per head, the keys' scales.
   paged_simd::dot_block<KT, Exact>(w.Qs.get(), R * D, D, R, p.Hkv, kr, khs, vr, vhs, Dv * es, n, D, w.S.get(),
-                                   R * kBlock, kBlock, pf);
+                                   R * kBlock, kBlock, pf, tiles8);
   for (i64 hk = 0; hk < p.Hkv; ++hk) {
     float* S = w.S.get() + hk * R * kBlock;
     if (quantized) {
