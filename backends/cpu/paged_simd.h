@@ -303,8 +303,8 @@ __attribute__((noinline)) void dot_tile8(const float* Q, i64 ldq, const char* co
 
 // The steps dot_block takes per kv head (its tiles): what a Prefetcher's rate is sized for.
 inline i64 dot_steps(i64 R, i64 n, bool tiles8) {
-  if (tiles8 && ATTNOPS_SIMD_LEVEL == 1) {
-    if (R <= 2) return n / 4 + n % 4;
+  if (tiles8 && R >= 2 && ATTNOPS_SIMD_LEVEL == 1) {
+    if (R == 2) return n / 4 + n % 4;
     return (R + 3) / 4 * (n / 2 + n % 2);
   }
   if (R == 1) return n / 4 + n % 4;
@@ -332,9 +332,9 @@ void dot_block_d(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* con
                  Prefetcher& pf, bool tiles8) {
   const auto vpf = [&](i64 j, i64 h) { vanilla::prefetch_bytes(vrows[j] + h * vhs, vbytes); };
 #if ATTNOPS_SIMD_LEVEL == 1
-  // tiles8: two rows x 4 keys or up to four rows x 2 keys (one row x 4 keys if R is 1); the keys
-  // left over one at a time.
-  if (tiles8) {
+  // tiles8: two rows x 4 keys or up to four rows x 2 keys; the keys left over one at a time (a
+  // GQA group has two rows or more).
+  if (tiles8 && R >= 2) {
     const auto tiles = [&](auto kk, i64 j) {
       constexpr int KK = decltype(kk)::value;
       for (i64 h = 0; h < H; ++h) {
@@ -347,15 +347,15 @@ void dot_block_d(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* con
           // forms the same sums (unrolled too, they cost this tier 3.6 s more to compile).
           const auto tile = [&](auto rr) {
             constexpr int RR = decltype(rr)::value;
-            constexpr bool full = RR * KK == 8 || (RR == 1 && KK == 4);
+            constexpr bool full = RR * KK == 8;
             dot_tile8<KT, Exact, RR, KK, full ? kD : 0>(q, ldq, k, ko, D, o, lds);
           };
-          switch (R == 1 ? 1 : R == 2 ? 2 : std::min<i64>(R - r0, 4)) {
+          switch (R == 2 ? 2 : std::min<i64>(R - r0, 4)) {
             case 1:
-              tile(std::integral_constant<int, 1>{});
+              if constexpr (KK <= 2) tile(std::integral_constant<int, 1>{});
               break;
             case 2:
-              if constexpr (KK != 8) tile(std::integral_constant<int, 2>{});
+              tile(std::integral_constant<int, 2>{});
               break;
             case 3:
               if constexpr (KK <= 2) tile(std::integral_constant<int, 3>{});
@@ -370,9 +370,7 @@ void dot_block_d(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* con
     };
     using K1 = std::integral_constant<int, 1>;
     i64 j = 0;
-    if (R == 1)
-      for (; j + 4 <= n; j += 4) tiles(std::integral_constant<int, 4>{}, j);
-    else if (R == 2)
+    if (R == 2)
       for (; j + 4 <= n; j += 4) tiles(std::integral_constant<int, 4>{}, j);
     else
       for (; j + 2 <= n; j += 2) tiles(std::integral_constant<int, 2>{}, j);
