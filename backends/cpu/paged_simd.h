@@ -65,10 +65,12 @@ inline V16 fp8x16(const void* p) {
       _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(static_cast<short>(0xbf80))))};
 }
 #elif ATTNOPS_SIMD_LEVEL == 1
+inline __m256 i8x8(const char* b) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b))));
+}
 inline V16 i8x16(const void* p) {
   const auto* b = static_cast<const char*>(p);
-  return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b)))),
-          _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b + 8))))};
+  return {i8x8(b), i8x8(b + 8)};
 }
 inline __m256 fp8x8(__m128i b8) {
   const __m128i w = _mm_cvtepi8_epi16(b8);
@@ -249,13 +251,9 @@ inline __m256 load8(const void* row, i64 at, int w) {
   if (w == 8 && !Exact) {
     const auto* p = static_cast<const char*>(row) + at * kBytes<KT>;
     if constexpr (KT == DType::f32) return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
-    if constexpr (KT == DType::f16)
-      return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    if constexpr (KT == DType::bf16)
-      return _mm256_castsi256_ps(
-          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-    if constexpr (KT == DType::i8)
-      return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+    if constexpr (KT == DType::f16 || KT == DType::bf16)
+      return simd::avx2::widen8(reinterpret_cast<const std::uint16_t*>(p), KT == DType::bf16);
+    if constexpr (KT == DType::i8) return i8x8(p);
     if constexpr (KT == DType::fp8_e4m3) return fp8x8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
   }
   return load<KT, Exact>(row, at, w).lo;
@@ -301,9 +299,14 @@ __attribute__((noinline)) void dot_tile8(const float* Q, i64 ldq, const char* co
 }
 #endif
 
+// Whether dot_block takes dot_tile8's tiles (below): asked for, and a GQA group's two rows or more.
+inline bool takes_tiles8(bool tiles8, i64 R) {
+  return ATTNOPS_SIMD_LEVEL == 1 && tiles8 && R >= 2;
+}
+
 // The steps dot_block takes per kv head (its tiles): what a Prefetcher's rate is sized for.
 inline i64 dot_steps(i64 R, i64 n, bool tiles8) {
-  if (tiles8 && R >= 2 && ATTNOPS_SIMD_LEVEL == 1) {
+  if (takes_tiles8(tiles8, R)) {
     if (R == 2) return n / 4 + n % 4;
     return (R + 3) / 4 * (n / 2 + n % 2);
   }
@@ -334,7 +337,7 @@ void dot_block_d(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* con
 #if ATTNOPS_SIMD_LEVEL == 1
   // tiles8: two rows x 4 keys or up to four rows x 2 keys; the keys left over one at a time (a
   // GQA group has two rows or more).
-  if (tiles8 && R >= 2) {
+  if (takes_tiles8(tiles8, R)) {
     const auto tiles = [&](auto kk, i64 j) {
       constexpr int KK = decltype(kk)::value;
       for (i64 h = 0; h < H; ++h) {
