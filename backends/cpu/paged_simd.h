@@ -318,17 +318,17 @@ inline i64 dot_steps(i64 R, i64 n, bool tiles8) {
 // s[h * shs + r * lds + j] = Q_hr . k_hj for every kv head h < H, row r < R and key j < n: key
 // j's row of head h at krows[j] + h * khs (bytes), D elements of dtype KT; head h's fp32 query
 // rows at Q + h * qhs, ldq apart. Rows in tiles of four from row 0 (one key at a time), or, for
-// one or two rows, tiles over four or two keys. tiles8 (AVX2; ignored elsewhere): dot_tile8's
-// tiles instead, whose sums differ from dot_tile's, so the choice is the call's, the same for all
-// its rows (batch invariance): the caller takes them for GQA groups (R >= 2 in every chunk). One row
-// per kv head keeps dot_tile's 1 x 4 tiles: memory-bound, the decode of 32768 keys ran 1.1x
-// faster with them than with dot_tile8's (0.725 against 0.665 of the read, 6 alternating runs of
-// each on Zen 3) although their speed in L1 is the same. Key-major: a key's (or a
-// multi-key tile's) tiles of every head before the next keys, so that a token's row of all heads (one
-// contiguous run of its page) is read in address order, which the hardware prefetchers follow (head by head
-// the reads jump by a token's bytes). Each score is its tile's whatever the order, bit for bit. vrows: the
-// same keys' value rows (head h at + h * vhs, vbytes), each prefetched into L1 as its head's scores are
-// formed, for the P.V that follows.
+// one or two rows, tiles over four or two keys. Key-major: a key's (or a multi-key tile's) tiles
+// of every head before the next keys, so that a token's row of all heads (one contiguous run of
+// its page) is read in address order, which the hardware prefetchers follow (head by head the
+// reads jump by a token's bytes). Each score is its tile's whatever the order, bit for bit.
+// vrows: the same keys' value rows (head h at + h * vhs, vbytes), each prefetched into L1 as its
+// head's scores are formed, for the P.V that follows.
+// tiles8 (AVX2; ignored elsewhere): dot_tile8's tiles instead, whose sums differ from dot_tile's,
+// so the choice is the call's, the same for all its rows (batch invariance): the caller takes
+// them for GQA groups (R >= 2 in every chunk). One row per kv head keeps dot_tile's 1 x 4 tiles:
+// memory-bound, the decode of 32768 keys ran 1.1x faster with them than with dot_tile8's (0.725
+// against 0.665 of the read, 6 alternating runs of each on Zen 3), at the same speed in L1.
 template <DType KT, bool Exact, i64 kD>
 void dot_block_d(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* const* krows, i64 khs,
                  const char* const* vrows, i64 vhs, i64 vbytes, i64 n, i64 D, float* s, i64 shs, i64 lds,
@@ -353,7 +353,7 @@ void dot_block_d(const float* Q, i64 qhs, i64 ldq, i64 R, i64 H, const char* con
             constexpr bool full = RR * KK == 8;
             dot_tile8<KT, Exact, RR, KK, full ? kD : 0>(q, ldq, k, ko, D, o, lds);
           };
-          switch (R == 2 ? 2 : std::min<i64>(R - r0, 4)) {
+          switch (std::min<i64>(R - r0, 4)) {
             case 1:
               if constexpr (KK <= 2) tile(std::integral_constant<int, 1>{});
               break;
